@@ -1,0 +1,10 @@
+"""Shared pytest configuration: spec markers, backend fixtures and live servers.
+
+Fixtures live in ``tests/support/`` modules named for what they provide.
+"""
+
+pytest_plugins = [
+    "tests.support.spec",
+    "tests.support.database",
+    "tests.support.servers",
+]

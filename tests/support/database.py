@@ -1,0 +1,1 @@
+"""Database backend fixtures (SQLite and Postgres); see the store issue."""
