@@ -1,0 +1,225 @@
+"""Server lifecycle shared by every service: start, readiness, SIGTERM drain (ARCH-4).
+
+A service describes itself with a :class:`ServiceDefinition`; :func:`start_server`
+builds a ``grpc.aio`` server with the interceptor, health and reflection, binds the
+port, runs the service's start hooks and only then reports SERVING. :func:`serve`
+adds signal handling: on SIGTERM or SIGINT health turns NOT_SERVING, new RPCs are
+refused, in-flight RPCs get ``grace_period_seconds`` to finish, stop hooks run, and
+the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+
+from grpcserver.auth import TokenRegistry
+from grpcserver.interceptor import ServiceInterceptor
+from grpcserver.logs import configure_logging
+from grpcserver.settings import ServerSettings
+from grpcserver.telemetry import Telemetry, setup_telemetry
+
+log = logging.getLogger(__name__)
+
+Hook = Callable[[], Awaitable[None]]
+
+
+@dataclass
+class ServiceDefinition:
+    """What one service contributes to the shared server.
+
+    Attributes:
+        name: Short service name (``host``, ``refresolve`` ...), used in logs and
+            as the ``ErrorInfo`` domain prefix.
+        service_names: Full proto names of the services it serves, for health and
+            reflection (``agentactivity.host.v1.HostService``).
+        register: Adds the servicers to the server.
+        on_start: Run after the port is bound and before SERVING (open the store,
+            start background workers). A failure aborts the start.
+        on_stop: Run after the server stopped (close pools, flush).
+    """
+
+    name: str
+    service_names: Sequence[str]
+    register: Callable[[grpc.aio.Server], None]
+    on_start: list[Hook] = field(default_factory=list)
+    on_stop: list[Hook] = field(default_factory=list)
+
+
+def definition_for(
+    name: str,
+    servicers: Sequence[tuple[Any, Callable[[Any, grpc.aio.Server], None], object]],
+    *,
+    on_start: Sequence[Hook] = (),
+    on_stop: Sequence[Hook] = (),
+) -> ServiceDefinition:
+    """Build a definition from ``(service descriptor, add_*_to_server, servicer)`` triples."""
+
+    def register(server: grpc.aio.Server) -> None:
+        for _, add, servicer in servicers:
+            add(servicer, server)
+
+    return ServiceDefinition(
+        name=name,
+        service_names=[descriptor.full_name for descriptor, _, _ in servicers],
+        register=register,
+        on_start=list(on_start),
+        on_stop=list(on_stop),
+    )
+
+
+@dataclass
+class RunningServer:
+    """A started server; ``port`` is the bound port (useful with port 0)."""
+
+    definition: ServiceDefinition
+    server: grpc.aio.Server
+    health: HealthServicer
+    port: int
+    telemetry: Telemetry
+    grace_period_seconds: float
+    drain_delay_seconds: float = 0.0
+    _stopped: bool = False
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Drain within ``grace`` seconds (default: the configured grace period).
+
+        Health turns NOT_SERVING at once; the server keeps answering for the drain
+        delay so load balancers notice, then refuses new RPCs and gives in-flight
+        ones the rest of the grace period before cancelling them.
+        """
+        if self._stopped:
+            return
+        self._stopped = True
+        budget = self.grace_period_seconds if grace is None else grace
+        await self.health.enter_graceful_shutdown()
+        delay = min(self.drain_delay_seconds, budget / 2) if grace is None else 0.0
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await self.server.stop(max(0.0, budget - delay))
+        for hook in reversed(self.definition.on_stop):
+            try:
+                await hook()
+            except Exception:
+                log.exception("stop hook failed")
+        self.telemetry.shutdown()
+
+
+def load_tokens(settings: ServerSettings) -> TokenRegistry:
+    """Load the configured token registry, or an empty (deny-all) one."""
+    path = settings.resolved_tokens_file()
+    if path is None:
+        log.warning("no auth token registry configured: every RPC will be UNAUTHENTICATED")
+        return TokenRegistry.empty()
+    return TokenRegistry.from_file(path)
+
+
+def _credentials(settings: ServerSettings) -> grpc.ServerCredentials | None:
+    if settings.tls_cert_file is None or settings.tls_key_file is None:
+        return None
+    client_ca = settings.tls_client_ca_file.read_bytes() if settings.tls_client_ca_file else None
+    return grpc.ssl_server_credentials(
+        [(settings.tls_key_file.read_bytes(), settings.tls_cert_file.read_bytes())],
+        root_certificates=client_ca,
+        require_client_auth=client_ca is not None,
+    )
+
+
+async def start_server(
+    definition: ServiceDefinition,
+    settings: ServerSettings,
+    *,
+    tokens: TokenRegistry | None = None,
+) -> RunningServer:
+    """Build, bind and start a server; report SERVING once the start hooks succeed."""
+    telemetry = setup_telemetry(definition.name, settings)
+    interceptor = ServiceInterceptor(
+        domain=f"{definition.name}.agentactivity",
+        tokens=tokens if tokens is not None else load_tokens(settings),
+        telemetry=telemetry,
+    )
+    server = grpc.aio.server(
+        interceptors=[*telemetry.server_interceptors, interceptor],
+        options=[
+            # Mobile links sit behind NATs: accept client pings every 10 s without data.
+            ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.keepalive_time_ms", 30_000),
+            ("grpc.keepalive_timeout_ms", 10_000),
+        ],
+    )
+    health = HealthServicer()
+    for name in ("", *definition.service_names):
+        await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    definition.register(server)
+    if settings.reflection:
+        reflection.enable_server_reflection(
+            (
+                *definition.service_names,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ),
+            server,
+        )
+    credentials = _credentials(settings)
+    if credentials is None:
+        port = server.add_insecure_port(settings.listen_address)
+    else:
+        port = server.add_secure_port(settings.listen_address, credentials)
+    await server.start()
+    running = RunningServer(
+        definition=definition,
+        server=server,
+        health=health,
+        port=port,
+        telemetry=telemetry,
+        grace_period_seconds=settings.grace_period_seconds,
+        drain_delay_seconds=settings.drain_delay_seconds,
+    )
+    try:
+        for hook in definition.on_start:
+            await hook()
+    except BaseException:
+        await running.stop(grace=0)
+        raise
+    for name in ("", *definition.service_names):
+        await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return running
+
+
+async def serve(
+    definition: ServiceDefinition,
+    settings: ServerSettings,
+    *,
+    ready: Callable[[RunningServer], None] | None = None,
+) -> int:
+    """Run a service until SIGTERM/SIGINT, then drain and return the exit code 0."""
+    configure_logging(definition.name, level=settings.log_level, fmt=settings.log_format)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    running = await start_server(definition, settings)
+    log.info(
+        "serving",
+        extra={"port": running.port, "services": list(definition.service_names)},
+    )
+    if ready is not None:
+        ready(running)
+    await stop.wait()
+    log.info("draining", extra={"grace_period_seconds": settings.grace_period_seconds})
+    with contextlib.suppress(asyncio.CancelledError):
+        await running.stop()
+    log.info("stopped")
+    return 0

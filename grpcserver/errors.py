@@ -1,0 +1,54 @@
+"""Map domain errors to ``google.rpc.Status`` with typed details (CON-5, SEC-2).
+
+``ErrorInfo`` always carries the stable ``reason``; ``BadRequest`` lists field
+violations of an ``InvalidArgument``; ``RetryInfo`` is added when a retry can succeed.
+Unexpected exceptions become a bare ``INTERNAL`` with no stack trace on the wire.
+"""
+
+from __future__ import annotations
+
+import grpc
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from domainerrors import DomainError, Internal, InvalidArgument
+
+
+def to_status_proto(error: DomainError, *, domain: str) -> status_pb2.Status:
+    """Build the ``google.rpc.Status`` for ``error``."""
+    status = status_pb2.Status(code=code_pb2.Code.Value(error.status), message=error.message)
+    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=domain)
+    info.metadata.update(error.metadata)
+    _pack(status, info)
+    if isinstance(error, InvalidArgument) and error.field_violations:
+        bad_request = error_details_pb2.BadRequest(
+            field_violations=[
+                error_details_pb2.BadRequest.FieldViolation(
+                    field=violation.field, description=violation.description
+                )
+                for violation in error.field_violations
+            ]
+        )
+        _pack(status, bad_request)
+    if error.retry_after_seconds is not None:
+        delay = duration_pb2.Duration()
+        delay.FromMilliseconds(int(error.retry_after_seconds * 1000))
+        _pack(status, error_details_pb2.RetryInfo(retry_delay=delay))
+    return status
+
+
+def to_grpc_status(error: DomainError, *, domain: str) -> grpc.Status:
+    """Build the ``grpc.Status`` to pass to ``context.abort_with_status``."""
+    return rpc_status.to_status(to_status_proto(error, domain=domain))
+
+
+def internal_error() -> Internal:
+    """The error sent for an unexpected exception: no internals cross the wire."""
+    return Internal("internal error; see the server log", reason="INTERNAL")
+
+
+def _pack(status: status_pb2.Status, detail: object) -> None:
+    packed = any_pb2.Any()
+    packed.Pack(detail)  # type: ignore[arg-type]
+    status.details.append(packed)

@@ -1,0 +1,24 @@
+"""Process wiring of the maintenance service: ``tutti serve maintenance``."""
+
+from __future__ import annotations
+
+from agentactivity.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
+from grpcserver.app import ServiceDefinition, definition_for
+from services.maintenance.servicer import MaintenanceServicer
+from services.maintenance.settings import Settings
+
+__all__ = ["Settings", "build"]
+
+
+def build(settings: Settings) -> ServiceDefinition:
+    """Assemble the maintenance service for :func:`grpcserver.app.serve`."""
+    return definition_for(
+        "maintenance",
+        [
+            (
+                maintenance_pb2.DESCRIPTOR.services_by_name["MaintenanceService"],
+                maintenance_pb2_grpc.add_MaintenanceServiceServicer_to_server,
+                MaintenanceServicer(),
+            )
+        ],
+    )

@@ -1,0 +1,1 @@
+"""``tutti``: the operator CLI (start the suite, serve one service, migrate, auth)."""

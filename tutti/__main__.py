@@ -1,0 +1,5 @@
+"""``python -m tutti`` runs the CLI."""
+
+from tutti.cli import main
+
+main()

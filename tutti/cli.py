@@ -1,0 +1,136 @@
+"""The ``tutti`` command line (OPS-2)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import signal
+from pathlib import Path
+from types import FrameType, ModuleType
+from typing import Annotated
+
+import typer
+
+from grpcserver.settings import ServerSettings
+from tutti.local_auth import ensure_local_credentials
+from tutti.suite import SUITE, Suite, child_environment
+
+app = typer.Typer(no_args_is_help=True, help="Operate the Agent Activity Services suite.")
+
+
+def _service_module(name: str) -> ModuleType:
+    if name not in SUITE:
+        raise typer.BadParameter(f"unknown service {name!r}; choose one of {', '.join(SUITE)}")
+    return importlib.import_module(f"services.{name}.app")
+
+
+@app.command()
+def serve(
+    name: Annotated[str, typer.Argument(help=f"One of: {', '.join(SUITE)}.")],
+    port_file: Annotated[
+        Path | None, typer.Option(help="Write the bound port here once SERVING.")
+    ] = None,
+) -> None:
+    """Run one service in the foreground until SIGTERM (what a pod runs)."""
+    from grpcserver.app import RunningServer
+    from grpcserver.app import serve as run
+
+    module = _service_module(name)
+    settings = module.Settings()
+
+    def ready(running: RunningServer) -> None:
+        if port_file is not None:
+            tmp = port_file.with_suffix(".tmp")
+            tmp.write_text(f"{running.port}\n")
+            tmp.replace(port_file)
+
+    raise typer.Exit(asyncio.run(run(module.build(settings), settings, ready=ready)))
+
+
+@app.command()
+def migrate(
+    database_url: Annotated[
+        str | None, typer.Option(help="SQLAlchemy URL; default: TUTTI_DATABASE_URL or SQLite.")
+    ] = None,
+) -> None:
+    """Upgrade the canonical store schema to the newest revision."""
+    from store.migrate import upgrade
+
+    url = database_url or ServerSettings().resolved_database_url()
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    upgrade(url)
+    typer.echo(f"schema at head: {_redact(url)}")
+
+
+def _redact(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest:
+        rest = "***@" + rest.split("@", 1)[1]
+    return f"{scheme}{sep}{rest}"
+
+
+@app.command()
+def up(
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Data directory; default: TUTTI_DATA_DIR.")
+    ] = None,
+    base_port: Annotated[
+        int, typer.Option(help="Port of host; the others follow (+1 ...). 0 picks free ports.")
+    ] = 50051,
+) -> None:
+    """Start the whole suite on this machine (SQLite by default) until Ctrl-C."""
+    defaults = ServerSettings()
+    directory = (data_dir or defaults.data_dir).resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    settings = ServerSettings(data_dir=directory)
+    credentials = ensure_local_credentials(directory)
+    url = settings.resolved_database_url()
+    typer.echo(f"data directory: {directory}")
+    migrate(url)
+    suite = Suite(
+        data_dir=directory,
+        base_port=base_port,
+        env=child_environment(
+            data_dir=directory,
+            service_token=credentials.service_token,
+            tokens_file=credentials.tokens_file,
+            database_url=url,
+        ),
+        log=typer.echo,
+        grace_period_seconds=settings.grace_period_seconds,
+    )
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_signal)
+    code = 0
+    try:
+        typer.echo("starting services ...")
+        addresses = suite.start()
+        typer.echo(
+            "suite ready. Token for the CLI and grpcurl: "
+            f"{credentials.tokens_file.parent / 'cli-token'}\n"
+            f'  try: grpcurl -plaintext -H "authorization: Bearer $(cat '
+            f'{credentials.tokens_file.parent / "cli-token"})" {addresses["host"]} list\n'
+            "Press Ctrl-C to stop."
+        )
+        exited = suite.wait()
+        if exited is not None:
+            typer.echo(f"{exited} exited unexpectedly; stopping the suite", err=True)
+            code = 1
+    except (RuntimeError, TimeoutError) as error:
+        typer.echo(f"suite failed to start: {error}", err=True)
+        code = 1
+    except KeyboardInterrupt:
+        typer.echo("stopping ...")
+    finally:
+        worst = suite.stop()
+    typer.echo("stopped")
+    raise typer.Exit(code or worst)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
