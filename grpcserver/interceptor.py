@@ -103,12 +103,15 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
     def _admit(self, metadata: Any, request: Any, streaming_request: bool) -> Any:
         principal = self._tokens.authenticate(metadata)
         if not streaming_request and isinstance(request, Message):
-            fields = request.DESCRIPTOR.fields_by_name
+            field = request.DESCRIPTOR.fields_by_name.get("workspace_id")
+            # An `optional` workspace_id left unset means "every workspace the caller may
+            # see"; the handler then checks the role it needs for that.
             if (
-                "workspace_id" in fields
-                and fields["workspace_id"].type == fields["workspace_id"].TYPE_STRING
+                field is not None
+                and field.type == field.TYPE_STRING
+                and not (field.has_presence and not request.HasField("workspace_id"))
             ):
-                principal.require_workspace(request.workspace_id)  # type: ignore[attr-defined]
+                principal.require_workspace(getattr(request, "workspace_id"))  # noqa: B009 - typed as Message
         return bind_principal(principal)
 
     async def _fail(

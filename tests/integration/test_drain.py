@@ -24,8 +24,16 @@ def _start(tmp_path: Path, grace: float) -> tuple[subprocess.Popen[bytes], str]:
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text(
         yaml.safe_dump(
-            {"tokens": [{"subject": "t", "role": "admin", "workspaces": ["*"],
-                         "sha256": token_digest("secret")}]}
+            {
+                "tokens": [
+                    {
+                        "subject": "t",
+                        "role": "admin",
+                        "workspaces": ["*"],
+                        "sha256": token_digest("secret"),
+                    }
+                ]
+            }
         )
     )
     port_file = tmp_path / "port"

@@ -18,17 +18,17 @@ from typing import Any
 
 import grpc
 import pytest
+import yaml
 
 from grpcserver.app import RunningServer, start_server
 from grpcserver.auth import TokenRegistry, token_digest
 
-TEST_PRINCIPALS: dict[str, dict[str, Any]] = {
-    "admin": {"role": "admin", "workspaces": ["*"]},
-    "service": {"role": "service", "workspaces": ["*"]},
-    "ws1-device": {"role": "device", "workspaces": ["ws-1"]},
-    "ws2-device": {"role": "device", "workspaces": ["ws-2"]},
-}
-"""Principal name -> role and workspaces; the bearer token is ``token-<name>``."""
+PRINCIPALS_FILE = Path(__file__).parent.parent / "contract" / "fixtures" / "principals.yaml"
+TEST_PRINCIPALS: dict[str, dict[str, Any]] = yaml.safe_load(PRINCIPALS_FILE.read_text())[
+    "principals"
+]
+"""Principal name -> role and workspaces (shared with the contract fixtures); the
+bearer token of a principal is ``token-<name>``."""
 
 
 def token_for(principal: str) -> str:

@@ -1,0 +1,55 @@
+"""The async database handle a service process opens at start and closes at stop.
+
+A service becomes ready only when its store answers and its schema is at the newest
+migration: migrations run as a separate step (``tutti migrate``, a Kubernetes Job),
+never implicitly by every replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from store.engine import create_async_engine_for
+from store.migrate import current, head
+
+
+class SchemaNotReady(RuntimeError):
+    """The database is not migrated to the revision this build expects."""
+
+
+class Database:
+    """Owns one :class:`AsyncEngine`; use :meth:`start` / :meth:`stop` as server hooks."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._engine: AsyncEngine | None = None
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine; only valid between :meth:`start` and :meth:`stop`."""
+        if self._engine is None:
+            raise RuntimeError("database not started")
+        return self._engine
+
+    async def start(self) -> None:
+        """Check the schema revision, then open the engine.
+
+        Raises:
+            SchemaNotReady: the schema is missing or at another revision.
+        """
+        expected = head()
+        found = await asyncio.to_thread(current, self.url)
+        if found != expected:
+            raise SchemaNotReady(
+                f"database schema is at {found or 'nothing'}, this build needs {expected}: "
+                "run `tutti migrate` first"
+            )
+        self._engine = create_async_engine_for(self.url)
+
+    async def stop(self) -> None:
+        """Dispose of the engine's connections."""
+        if self._engine is not None:
+            await self._engine.dispose()
+            self._engine = None

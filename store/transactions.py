@@ -1,0 +1,177 @@
+"""Unit of work with transaction participants: the STORE-4 seam.
+
+A domain command runs inside exactly one database transaction (STORE-3). It receives a *scope*
+built by the store (typically its repositories) and never the raw connection. An adapter that
+must record its own durable facts in the same commit — an outbox marker for a runtime command,
+resource-cleanup rows for a purge, a Goal operation intent — supplies a **participant**: an async
+callable that receives the SQLAlchemy ``AsyncSession`` of that transaction and appends its rows.
+Participants run after the command body and before the commit, so their rows commit or roll back
+together with the command's. Participants are for facts that *must* be atomic with the command;
+re-derivable projections are repaired by their consumers instead.
+
+Post-commit hooks (``UnitOfWork.after_commit``) run only after a successful commit, in order. A
+failing hook is logged and never undoes the committed command (HOST-OBS-1: publication is a wake
+hint, the durable row is the truth).
+
+Example::
+
+    runner = TransactionRunner(engine, scope=lambda session, uow: HostRepositories(session, uow))
+
+    async def purge(repos: HostRepositories) -> list[str]:
+        purged = await repos.sessions.purge_tree(...)
+        repos.uow.enlist(cleanup_outbox.rows_for(purged))  # adapter-owned participant
+        return purged
+
+    purged = await runner.run(purge)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+
+from store.engine import SQLITE_BEGIN_OPTION
+
+__all__ = [
+    "CommitHook",
+    "ScopeFactory",
+    "TransactionParticipant",
+    "TransactionRunner",
+    "UnitOfWork",
+    "UnitOfWorkClosedError",
+]
+
+_log = logging.getLogger(__name__)
+
+ScopeT = TypeVar("ScopeT")
+ResultT = TypeVar("ResultT")
+
+TransactionParticipant = Callable[[AsyncSession], Awaitable[None]]
+"""Appends an adapter's durable rows to the open transaction; raising rolls everything back."""
+
+CommitHook = Callable[[], Awaitable[None]]
+"""Runs after the transaction committed (a wake hint, a metric); its failure is only logged."""
+
+ScopeFactory = Callable[[AsyncSession, "UnitOfWork"], ScopeT]
+"""Builds what the domain command receives (repositories bound to the session) from the open
+transaction. The factory is store-side code; the domain only sees its result."""
+
+
+class UnitOfWorkClosedError(RuntimeError):
+    """A participant or hook was registered after its transaction finished."""
+
+
+class UnitOfWork:
+    """The domain-facing handle of one open transaction.
+
+    It lets the command (or code it calls) enlist participants and post-commit hooks. It
+    deliberately exposes no connection or session.
+    """
+
+    def __init__(self, participants: Sequence[TransactionParticipant] = ()) -> None:
+        self._participants: list[TransactionParticipant] = list(participants)
+        self._hooks: list[CommitHook] = []
+        self._open = True
+
+    def enlist(self, participant: TransactionParticipant) -> None:
+        """Add a participant; it runs after the command body, before the commit.
+
+        Raises:
+            UnitOfWorkClosedError: the transaction already committed or rolled back.
+        """
+        self._require_open()
+        self._participants.append(participant)
+
+    def after_commit(self, hook: CommitHook) -> None:
+        """Add a hook that runs only if and after the transaction commits.
+
+        Raises:
+            UnitOfWorkClosedError: the transaction already committed or rolled back.
+        """
+        self._require_open()
+        self._hooks.append(hook)
+
+    def _require_open(self) -> None:
+        if not self._open:
+            raise UnitOfWorkClosedError("the unit of work has already finished")
+
+    async def _run_participants(self, session: AsyncSession) -> None:
+        # Participants may enlist further participants; run until none are left.
+        index = 0
+        while index < len(self._participants):
+            participant = self._participants[index]
+            index += 1
+            await participant(session)
+            await session.flush()
+
+    def _close(self) -> list[CommitHook]:
+        self._open = False
+        hooks, self._hooks = self._hooks, []
+        self._participants = []
+        return hooks
+
+
+class TransactionRunner(Generic[ScopeT]):
+    """Runs domain commands, each in one transaction with its participants.
+
+    Args:
+        engine: the store's async engine (``store.engine.create_async_engine_for``).
+        scope: builds the command's scope from the transaction's session and unit of work.
+        participants: standing participants enlisted in every transaction of this runner
+            (for example an adapter that always records an audit row).
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        scope: ScopeFactory[ScopeT],
+        *,
+        participants: Sequence[TransactionParticipant] = (),
+    ) -> None:
+        self._engine = engine
+        self._scope = scope
+        self._standing = tuple(participants)
+
+    async def run(
+        self,
+        command: Callable[[ScopeT], Awaitable[ResultT]],
+        *,
+        participants: Sequence[TransactionParticipant] = (),
+        write: bool = True,
+    ) -> ResultT:
+        """Run ``command`` and every participant in one transaction, then the commit hooks.
+
+        Args:
+            command: the domain command; receives the scope built for this transaction.
+            participants: caller-owned participants for this command only.
+            write: the transaction writes. On SQLite it then begins ``IMMEDIATE`` (takes the
+                write lock up front, so a read-then-write cannot fail on a stale snapshot).
+
+        Returns:
+            What ``command`` returned.
+
+        Raises:
+            Exception: whatever the command or a participant raised; nothing was committed.
+        """
+        unit = UnitOfWork((*self._standing, *participants))
+        begin = "IMMEDIATE" if write else "DEFERRED"
+        async with AsyncSession(self._engine, expire_on_commit=False) as session:
+            try:
+                await session.connection(execution_options={SQLITE_BEGIN_OPTION: begin})
+                result = await command(self._scope(session, unit))
+                await session.flush()
+                await unit._run_participants(session)
+                await session.commit()
+            except BaseException:
+                unit._close()
+                await session.rollback()
+                raise
+        for hook in unit._close():
+            try:
+                await hook()
+            except Exception:  # noqa: BLE001 - a post-commit hook never undoes a commit
+                _log.exception("post-commit hook %r failed", hook)
+        return result
