@@ -19,10 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from alembic import command
+from alembic import command, context
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
-from alembic.runtime.environment import EnvironmentContext
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, text
@@ -123,12 +122,13 @@ def _sqlite_foreign_keys(connection: Connection, *, enabled: bool) -> None:
         cursor.close()
 
 
-def run_migrations_on(connection: Connection, context: EnvironmentContext) -> None:
+def run_migrations_on(connection: Connection) -> None:
     """Run the pending migrations on ``connection`` in one transaction (called by ``env.py``).
+
+    Uses the environment context of the running Alembic command (``alembic.context``).
 
     Args:
         connection: a connection not yet in a transaction (an external transaction is joined).
-        context: the Alembic environment context of the running command.
 
     Raises:
         MigrationError: on SQLite, the migrated data violates a foreign key.
@@ -208,8 +208,8 @@ def compare(url: str) -> list[Any]:
     with _connect(url) as connection:
         options = context_options()
         target_metadata = options.pop("target_metadata")
-        context = MigrationContext.configure(connection, opts=options)
-        return list(compare_metadata(context, target_metadata))
+        migration_context = MigrationContext.configure(connection, opts=options)
+        return list(compare_metadata(migration_context, target_metadata))
 
 
 def check(url: str) -> None:

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
+from grpcserver.probes import check_health
 from grpcserver.settings import DEFAULT_PORTS
 
 SUITE = ("host", "refresolve", "livestream", "maintenance", "appcenter", "issuemanager")
@@ -52,11 +53,9 @@ def wait_serving(address: str, *, timeout: float) -> None:
     """Block until ``address`` answers health SERVING, or raise ``TimeoutError``."""
     deadline = time.monotonic() + timeout
     with grpc.insecure_channel(address) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             try:
-                reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
-                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                if check_health(channel, timeout=1) == health_pb2.HealthCheckResponse.SERVING:
                     return
             except grpc.RpcError:
                 pass

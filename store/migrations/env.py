@@ -7,6 +7,8 @@ a URL in ``config.attributes["url"]`` (``store.migrate``), or ``sqlalchemy.url``
 
 from __future__ import annotations
 
+from logging.config import fileConfig
+
 from alembic import context
 from sqlalchemy import Connection
 from sqlalchemy.pool import NullPool
@@ -31,15 +33,19 @@ def _run_offline() -> None:
 def _run_online() -> None:
     connection = context.config.attributes.get("connection")
     if isinstance(connection, Connection):
-        run_migrations_on(connection, context)
+        run_migrations_on(connection)
         return
     engine = create_sync_engine_for(_url(), poolclass=NullPool)
     try:
         with engine.connect() as new_connection:
-            run_migrations_on(new_connection, context)
+            run_migrations_on(new_connection)
     finally:
         engine.dispose()
 
+
+# Only the developer alembic.ini configures logging; code callers keep their own logging setup.
+if context.config.config_file_name is not None:
+    fileConfig(context.config.config_file_name, disable_existing_loggers=False)
 
 if context.is_offline_mode():
     _run_offline()

@@ -40,7 +40,7 @@ def test_fixture_replays_against_a_live_server(
 def _implemented_rpcs() -> set[tuple[str, str]]:
     """(full service name, method) of every RPC a servicer really implements."""
     import_all_contracts()
-    implemented = set()
+    implemented: set[tuple[str, str]] = set()
     for name in SUITE:
         servicer_module = importlib.import_module(f"services.{name}.servicer")
         for _, cls in inspect.getmembers(servicer_module, inspect.isclass):

@@ -13,9 +13,10 @@ from pathlib import Path
 import grpc
 import pytest
 import yaml
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from grpcserver.auth import token_digest
+from grpcserver.probes import check_health
 
 pytestmark = pytest.mark.slow
 
@@ -64,12 +65,10 @@ def test_sigterm_reports_not_serving_finishes_inflight_rpc_and_exits_zero(tmp_pa
     process, address = _start(tmp_path, grace)
     try:
         with grpc.insecure_channel(address) as channel:
-            health = health_pb2_grpc.HealthStub(channel)
-            assert (
-                health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
-                == health_pb2.HealthCheckResponse.SERVING
+            assert check_health(channel) == health_pb2.HealthCheckResponse.SERVING
+            sleep: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(
+                "/tutti.test.v1.SlowService/Sleep"
             )
-            sleep = channel.unary_unary("/tutti.test.v1.SlowService/Sleep")
             outcome: dict[str, object] = {}
 
             def call() -> None:
@@ -86,7 +85,7 @@ def test_sigterm_reports_not_serving_finishes_inflight_rpc_and_exits_zero(tmp_pa
             signalled = time.monotonic()
             process.send_signal(signal.SIGTERM)
             time.sleep(0.3)
-            status = health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+            status = check_health(channel)
             assert status == health_pb2.HealthCheckResponse.NOT_SERVING
             caller.join(timeout=20)
             assert outcome.get("reply") == b"done", outcome.get("error")
@@ -105,7 +104,9 @@ def test_rpc_still_running_at_the_end_of_the_grace_is_cancelled_not_torn(tmp_pat
     process, address = _start(tmp_path, grace)
     try:
         with grpc.insecure_channel(address) as channel:
-            sleep = channel.unary_unary("/tutti.test.v1.SlowService/Sleep")
+            sleep: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(
+                "/tutti.test.v1.SlowService/Sleep"
+            )
             future = sleep.future(b"30", metadata=(("authorization", "Bearer secret"),), timeout=30)
             time.sleep(0.5)
             process.send_signal(signal.SIGTERM)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from grpc_health.v1 import health_pb2
 
+from grpcserver.probes import check_health, list_services
 from tutti.suite import SUITE
 
 pytestmark = pytest.mark.slow
@@ -26,15 +26,6 @@ EXPECTED_SERVICES = {
     "appcenter": {"agentactivity.appcenter.v1.AppCenterService"},
     "issuemanager": {"agentactivity.issuemanager.v1.IssueManagerService"},
 }
-
-
-def _list_services(channel: grpc.Channel) -> set[str]:
-    stub = reflection_pb2_grpc.ServerReflectionStub(channel)
-    replies = stub.ServerReflectionInfo(
-        iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5
-    )
-    reply = next(iter(replies))
-    return {service.name for service in reply.list_services_response.service}
 
 
 @pytest.mark.spec("ARCH-1", "ARCH-3", "ARCH-4", "OPS-2")
@@ -63,11 +54,10 @@ def test_tutti_up_serves_all_six_with_health_and_reflection(tmp_path: Path) -> N
             port = int((tmp_path / "run" / f"{name}.port").read_text())
             assert any(f"{name} " in line and f":{port}" in line for line in output)
             with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-                health = health_pb2_grpc.HealthStub(channel)
                 for service in ("", *EXPECTED_SERVICES[name]):
-                    reply = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
-                    assert reply.status == health_pb2.HealthCheckResponse.SERVING, (name, service)
-                listed = _list_services(channel)
+                    status = check_health(channel, service)
+                    assert status == health_pb2.HealthCheckResponse.SERVING, (name, service)
+                listed = list_services(channel)
                 assert EXPECTED_SERVICES[name] <= listed, (name, listed)
                 assert "grpc.health.v1.Health" in listed
         assert (tmp_path / "tutti.db").exists(), "the default store is SQLite in the data dir"

@@ -21,7 +21,7 @@ invalid input (INVALID_ARGUMENT, nothing changes) and `RetryInfo` where a retry
 can succeed. Reasons used by every workspace-scoped RPC:
   - PERMISSION_DENIED `WORKSPACE_SCOPE_MISMATCH`: `workspace_id` is not one of
     the caller's authenticated workspaces (SEC-1).
-  - PERMISSION_DENIED `ROLE_REQUIRED`: the RPC needs a `service` or `admin` role.
+  - PERMISSION_DENIED `ROLE_NOT_ALLOWED`: the RPC needs a `service` or `admin` role.
   - NOT_FOUND `SESSION_NOT_FOUND`: no live Session with that id in the workspace.
   - NOT_FOUND `SESSION_DELETED`: the Session is tombstoned (tombstones are
     invisible to ordinary reads and commands).

@@ -27,23 +27,21 @@ _ACTIVE_TURN_FK = "fk_sessions_active_turn"
 
 
 def _is_sqlite() -> bool:
-    return op.get_bind().dialect.name == "sqlite"
+    return op.get_context().dialect.name == "sqlite"
 
 
 def _inline_active_turn_fk() -> list[sa.ForeignKeyConstraint]:
     """The circular active-turn FK, inline on SQLite only (see the module docstring)."""
     if not _is_sqlite():
         return []
-    return [_active_turn_fk()]
-
-
-def _active_turn_fk() -> sa.ForeignKeyConstraint:
     # MATCH SIMPLE (the default on both backends): unchecked while active_turn_id is NULL.
-    return sa.ForeignKeyConstraint(
-        ["workspace_id", "session_id", "active_turn_id"],
-        ["turns.workspace_id", "turns.session_id", "turns.turn_id"],
-        name=_ACTIVE_TURN_FK,
-    )
+    return [
+        sa.ForeignKeyConstraint(
+            ["workspace_id", "session_id", "active_turn_id"],
+            ["turns.workspace_id", "turns.session_id", "turns.turn_id"],
+            name=_ACTIVE_TURN_FK,
+        )
+    ]
 
 
 def upgrade() -> None:

@@ -1,0 +1,1 @@
+"""Deployment assets: the container image, the kustomize tree and its renderer (DEPLOY-1)."""

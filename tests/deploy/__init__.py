@@ -1,0 +1,1 @@
+"""Tests of the deployment assets under ``deploy/`` (DEPLOY-1)."""

@@ -1,0 +1,50 @@
+"""Settings come from TUTTI_* variables, and every one is documented (OPS-1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from grpcserver.settings import DEFAULT_PORTS, ServerSettings
+from services.host.settings import Settings as HostSettings
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+
+
+@pytest.mark.spec("OPS-1")
+def test_every_setting_is_documented() -> None:
+    text = DOCS.read_text()
+    missing = [
+        f"TUTTI_{name.upper()}"
+        for name in ServerSettings.model_fields
+        if f"`TUTTI_{name.upper()}`" not in text
+    ]
+    assert not missing
+
+
+@pytest.mark.spec("OPS-1")
+def test_settings_read_prefixed_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TUTTI_GRACE_PERIOD_SECONDS", "7.5")
+    monkeypatch.setenv("TUTTI_DATABASE_URL", "postgresql+psycopg://u@h/db")
+    monkeypatch.setenv("GRACE_PERIOD_SECONDS", "99")
+    settings = HostSettings()
+    assert settings.grace_period_seconds == 7.5
+    assert settings.resolved_database_url() == "postgresql+psycopg://u@h/db"
+    assert settings.listen_address == f"127.0.0.1:{DEFAULT_PORTS['host']}"
+
+
+@pytest.mark.spec("OPS-1")
+def test_default_store_is_sqlite_in_the_data_dir(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("TUTTI_DATABASE_URL", raising=False)
+    monkeypatch.setenv("TUTTI_DATA_DIR", str(tmp_path))
+    assert ServerSettings().resolved_database_url() == f"sqlite:///{tmp_path / 'tutti.db'}"
+
+
+@pytest.mark.spec("OPS-1")
+def test_invalid_setting_fails_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TUTTI_LOG_FORMAT", "xml")
+    with pytest.raises(ValueError, match="log_format"):
+        ServerSettings()
