@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from agentactivity.host.v1 import host_pb2, host_pb2_grpc, runtime_pb2, runtime_pb2_grpc
 from grpcserver.app import ServiceDefinition, definition_for
+from services.host.context import HostContext
 from services.host.servicer import HostServicer, RuntimeLinkServicer
 from services.host.settings import Settings
 from store.database import Database
@@ -14,18 +15,19 @@ __all__ = ["Settings", "build"]
 def build(settings: Settings) -> ServiceDefinition:
     """Assemble the host service for :func:`grpcserver.app.serve`."""
     database = Database(settings.resolved_database_url())
+    ctx = HostContext(database=database)
     return definition_for(
         "host",
         [
             (
                 host_pb2.DESCRIPTOR.services_by_name["HostService"],
                 host_pb2_grpc.add_HostServiceServicer_to_server,
-                HostServicer(database),  # type: ignore[abstract]  # unimplemented RPCs: UNIMPLEMENTED
+                HostServicer(ctx),  # type: ignore[abstract]  # unimplemented RPCs: UNIMPLEMENTED
             ),
             (
                 runtime_pb2.DESCRIPTOR.services_by_name["RuntimeLinkService"],
                 runtime_pb2_grpc.add_RuntimeLinkServiceServicer_to_server,
-                RuntimeLinkServicer(),  # type: ignore[abstract]  # unimplemented RPCs: UNIMPLEMENTED
+                RuntimeLinkServicer(ctx),  # type: ignore[abstract]  # unimplemented RPCs: UNIMPLEMENTED
             ),
         ],
         on_start=[database.start],

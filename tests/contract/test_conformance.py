@@ -50,9 +50,11 @@ def _implemented_rpcs() -> set[tuple[str, str]]:
             service = base.__name__.removesuffix("Servicer")
             package = importlib.import_module(base.__module__.removesuffix("_grpc"))
             descriptor = package.DESCRIPTOR.services_by_name[service]
+            own = [c for c in cls.__mro__ if c.__module__.startswith("services.")]
             implemented.update(
                 (descriptor.full_name, method)
-                for method in vars(cls)
+                for klass in own
+                for method in vars(klass)
                 if method in descriptor.methods_by_name
             )
     return implemented
