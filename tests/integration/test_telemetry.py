@@ -1,0 +1,102 @@
+"""Metrics, traces and structured logs of a real service process (ARCH-4)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import pytest
+import yaml
+
+from agentactivity.refresolve.v1 import refresolve_pb2
+from grpcserver.auth import token_digest
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.spec("ARCH-4")
+def test_rpc_metrics_traces_and_json_logs(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(
+        yaml.safe_dump(
+            {
+                "tokens": [
+                    {
+                        "subject": "t",
+                        "role": "admin",
+                        "workspaces": ["*"],
+                        "sha256": token_digest("secret"),
+                    }
+                ]
+            }
+        )
+    )
+    metrics_port = _free_port()
+    port_file = tmp_path / "port"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUTTI_")}
+    env.update(
+        TUTTI_LISTEN_ADDRESS="127.0.0.1:0",
+        TUTTI_DATA_DIR=str(tmp_path),
+        TUTTI_AUTH_TOKENS_FILE=str(tokens),
+        TUTTI_METRICS_PORT=str(metrics_port),
+        TUTTI_OTEL_EXPORTER="console",
+        TUTTI_LOG_FORMAT="json",
+        TUTTI_DRAIN_DELAY_SECONDS="0",
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tutti", "serve", "refresolve", "--port-file", str(port_file)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not port_file.exists():
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        address = f"127.0.0.1:{port_file.read_text().strip()}"
+        with grpc.insecure_channel(address) as channel:
+            call = channel.unary_unary(
+                "/agentactivity.refresolve.v1.ReferenceService/ListReferences",
+                request_serializer=refresolve_pb2.ListReferencesRequest.SerializeToString,
+                response_deserializer=refresolve_pb2.ListReferencesResponse.FromString,
+            )
+            with pytest.raises(grpc.RpcError):
+                call(
+                    refresolve_pb2.ListReferencesRequest(workspace_id="ws-1"),
+                    metadata=(("authorization", "Bearer wrong"),),
+                    timeout=5,
+                )
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as reply:
+            scraped = reply.read().decode()
+        assert "rpc_server_calls" in scraped
+        assert 'rpc_grpc_status_code="UNAUTHENTICATED"' in scraped
+        assert "ListReferences" in scraped
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=30)
+        assert process.returncode == 0
+        assert "ListReferences" in stdout, "the console exporter printed the RPC span"
+        records = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+        assert records, stderr
+        assert {r["service"] for r in records} == {"refresolve"}
+        assert any(r["msg"] == "serving" and "port" in r for r in records)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
