@@ -1,0 +1,1 @@
+"""Benchmarks: our code beside its baseline in one run, reporting medians and ratios."""
