@@ -24,6 +24,13 @@ Fixture file format (YAML)::
 Steps of one file run in order against one fresh server state, so a case may build
 on the state an earlier case left. A step may set ``service`` to call another
 service of the same server (for example ``grpc.health.v1.Health``).
+
+A server that calls other servers (refresolve calls appcenter and issuemanager) names
+them in a top-level ``backends: [appcenter, issuemanager]``. The harness starts those
+first, on the same store, and points the server under test at them (its
+``<backend>_address`` settings, with the ``service`` principal's token). A step may set
+``server: appcenter`` to go to one of those backends instead, for example to load the
+data the following steps resolve.
 """
 
 from __future__ import annotations
@@ -61,6 +68,7 @@ class Step:
     service: str
     method: str
     principal: str
+    server: str | None
     request: Mapping[str, Any]
     response: Mapping[str, Any] | None
     error: Mapping[str, Any] | None
@@ -83,6 +91,7 @@ class FixtureFile:
     path: Path
     server: str
     cases: tuple[Case, ...]
+    backends: tuple[str, ...] = ()
 
     @property
     def spec_ids(self) -> set[str]:
@@ -121,6 +130,7 @@ def load_fixture(path: Path) -> FixtureFile:
     server = document.get("server")
     if not isinstance(service, str) or not isinstance(server, str):
         raise ValueError(f"{path}: 'service' and 'server' are required strings")
+    backends = tuple(str(name) for name in document.get("backends") or ())
     cases = []
     for index, raw_case in enumerate(document.get("cases") or []):
         where = f"{path}: cases[{index}]"
@@ -133,6 +143,7 @@ def load_fixture(path: Path) -> FixtureFile:
                     service=str(raw.get("service", service)),
                     method=str(raw["method"]),
                     principal=str(raw.get("principal", "none")),
+                    server=_step_server(raw, server, backends, f"{where}.steps[{step_index}]"),
                     request=raw.get("request") or {},
                     response=raw.get("response"),
                     error=raw.get("error"),
@@ -148,7 +159,18 @@ def load_fixture(path: Path) -> FixtureFile:
                 steps=tuple(steps),
             )
         )
-    return FixtureFile(path=path, server=server, cases=tuple(cases))
+    return FixtureFile(path=path, server=server, cases=tuple(cases), backends=backends)
+
+
+def _step_server(
+    raw: Mapping[str, Any], server: str, backends: tuple[str, ...], where: str
+) -> str | None:
+    name = raw.get("server")
+    if name is None or name == server:
+        return None
+    if name not in backends:
+        raise ValueError(f"{where}: server {name!r} is not listed in 'backends'")
+    return str(name)
 
 
 def load_fixtures(paths: Iterable[Path]) -> list[FixtureFile]:
@@ -229,14 +251,20 @@ def replay(
     tokens: Mapping[str, str],
     *,
     timeout: float = 10.0,
+    backends: Mapping[str, grpc.Channel] | None = None,
 ) -> Report:
-    """Run every step of ``fixture`` over ``channel`` and collect mismatches."""
+    """Run every step of ``fixture`` over ``channel`` and collect mismatches.
+
+    ``backends`` maps the names in the fixture's ``backends`` to channels for the
+    steps that set ``server``.
+    """
     import_all_contracts()
     report = Report(path=fixture.path)
     for case in fixture.cases:
         for number, step in enumerate(case.steps, start=1):
             report.steps_run += 1
-            response, error = _invoke(channel, step, tokens, timeout)
+            target = channel if step.server is None else (backends or {})[step.server]
+            response, error = _invoke(target, step, tokens, timeout)
             detail: str | None
             if step.error is not None:
                 detail = (

@@ -46,6 +46,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
     "CONVERSATIONS_SECTION_KEY",
+    "DEPLOYMENT_WORKSPACE_KEY",
     "INTERACTION_STATUSES",
     "NAMING_CONVENTION",
     "RESPONSE_OPERATION_STATES",
@@ -133,8 +134,17 @@ _AUTOINCREMENT_ID = BigInteger().with_variant(Integer(), "sqlite")
 # ---------------------------------------------------------------------------------------------
 
 
+DEPLOYMENT_WORKSPACE_KEY = "*"
+"""``agent_targets.workspace_id`` of deployment-wide targets (ADR 0009, ADR 0012): the same
+``"*"`` that grants every workspace to a principal."""
+
+
 class AgentTarget(Base):
-    """A registered agent target (HOST-TGT-1): which runtime a Session launches on."""
+    """A registered agent target (HOST-TGT-1): which runtime a Session launches on.
+
+    Targets are deployment-wide (ADR 0009); they are stored under the reserved workspace key
+    :data:`DEPLOYMENT_WORKSPACE_KEY` so the schema keeps room for workspace-private targets.
+    """
 
     __tablename__ = "agent_targets"
 
@@ -147,6 +157,10 @@ class AgentTarget(Base):
     launch_ref_json: Mapped[str] = mapped_column(Text)
     capabilities_json: Mapped[str] = mapped_column(Text, default="{}")
     subagent_catalog_json: Mapped[str] = mapped_column(Text, default="[]")
+    settings_catalog_json: Mapped[str] = mapped_column(Text, default="{}", server_default="{}")
+    """The catalog ``UpdateSessionSettings`` validates and normalizes against (HOST-SES-6)."""
+    locality: Mapped[str] = mapped_column(default="local", server_default="local")
+    """``local`` | ``shared`` | ``remote`` (HOST-SES-7 rejects worktrees for the latter two)."""
     created_at_unix_ms: Mapped[int]
     updated_at_unix_ms: Mapped[int]
 
@@ -206,6 +220,9 @@ class Session(Base):
     """Import provenance of an imported Session (HOST-IMP-1); null for ordinary Sessions."""
     provider_resume_json: Mapped[str | None] = mapped_column(Text)
     """Provider-private runtime/resume context. Never exposed on the wire (HOST-SES-3)."""
+    launch_subagents_json: Mapped[str | None] = mapped_column(Text)
+    """The target's subagent catalog as it was when the Session was created: ``@name`` mentions
+    resolve against the launch catalog (HOST-MENT-1). Null for imports and older rows."""
     message_version: Mapped[int] = mapped_column(default=0)
     """High-water Message version of this Session (HOST-MSG-2)."""
     next_message_sequence: Mapped[int] = mapped_column(default=1)

@@ -7,4 +7,6 @@ pytest_plugins = [
     "tests.support.spec",
     "tests.support.database",
     "tests.support.servers",
+    "tests.support.references",
+    "tests.support.hypothesis_profiles",
 ]

@@ -13,9 +13,12 @@ import typer
 
 from grpcserver.settings import ServerSettings
 from tutti.local_auth import ensure_local_credentials
+from tutti.reference_commands import refdata_app, reference_app
 from tutti.suite import SUITE, Suite, child_environment
 
 app = typer.Typer(no_args_is_help=True, help="Operate the Agent Activity Services suite.")
+app.add_typer(reference_app, name="reference")
+app.add_typer(refdata_app, name="refdata")
 
 
 def _service_module(name: str) -> ModuleType:
@@ -167,8 +170,15 @@ def conformance_run(
         if fixture.server not in addresses:
             typer.echo(f"error: no --address for server {fixture.server!r}", err=True)
             raise typer.Exit(2)
+        missing = [name for name in fixture.backends if name not in addresses]
+        if missing:
+            typer.echo(f"error: no --address for backend(s) {', '.join(missing)}", err=True)
+            raise typer.Exit(2)
+        backends = {name: grpc.insecure_channel(addresses[name]) for name in fixture.backends}
         with grpc.insecure_channel(addresses[fixture.server]) as channel:
-            report = replay(fixture, channel, tokens)
+            report = replay(fixture, channel, tokens, backends=backends)
+        for backend in backends.values():
+            backend.close()
         verdict = "ok" if not report.failures else f"{len(report.failures)} FAILED"
         typer.echo(f"{fixture.path}: {report.steps_run} steps, {verdict}")
         for failure in report.failures:

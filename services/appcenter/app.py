@@ -4,21 +4,35 @@ from __future__ import annotations
 
 from agentactivity.appcenter.v1 import appcenter_pb2, appcenter_pb2_grpc
 from grpcserver.app import ServiceDefinition, definition_for
+from services.appcenter.app_store import AppStore
+from services.appcenter.load_validation import LoadBounds
 from services.appcenter.servicer import AppCenterServicer
 from services.appcenter.settings import Settings
+from store.database import Database
 
 __all__ = ["Settings", "build"]
 
 
 def build(settings: Settings) -> ServiceDefinition:
     """Assemble the appcenter service for :func:`grpcserver.app.serve`."""
+    database = Database(settings.resolved_database_url())
+    servicer = AppCenterServicer(
+        AppStore(database),
+        LoadBounds(
+            max_depth=settings.appcenter_load_max_depth,
+            max_groups=settings.appcenter_load_max_groups,
+            max_artifacts=settings.appcenter_load_max_artifacts,
+        ),
+    )
     return definition_for(
         "appcenter",
         [
             (
                 appcenter_pb2.DESCRIPTOR.services_by_name["AppCenterService"],
                 appcenter_pb2_grpc.add_AppCenterServiceServicer_to_server,
-                AppCenterServicer(),  # type: ignore[abstract]  # unimplemented RPCs: UNIMPLEMENTED
+                servicer,
             )
         ],
+        on_start=[database.start],
+        on_stop=[database.stop],
     )

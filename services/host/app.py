@@ -15,7 +15,11 @@ __all__ = ["Settings", "build"]
 def build(settings: Settings) -> ServiceDefinition:
     """Assemble the host service for :func:`grpcserver.app.serve`."""
     database = Database(settings.resolved_database_url())
-    ctx = HostContext(database=database)
+    ctx = HostContext(
+        database=database,
+        runtime_loss_grace_seconds=settings.runtime_loss_grace_seconds,
+        runtime_command_timeout_seconds=settings.runtime_command_timeout_seconds,
+    )
     return definition_for(
         "host",
         [
@@ -27,9 +31,9 @@ def build(settings: Settings) -> ServiceDefinition:
             (
                 runtime_pb2.DESCRIPTOR.services_by_name["RuntimeLinkService"],
                 runtime_pb2_grpc.add_RuntimeLinkServiceServicer_to_server,
-                RuntimeLinkServicer(ctx),  # type: ignore[abstract]  # unimplemented RPCs: UNIMPLEMENTED
+                RuntimeLinkServicer(ctx),
             ),
         ],
         on_start=[database.start],
-        on_stop=[database.stop],
+        on_stop=[ctx.runtimes.shutdown, database.stop],
     )

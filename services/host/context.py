@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from services.host.lanes import MutationLanes
+from services.host.runtime_registry import RuntimeRegistry
+from services.host.runtime_settings import DetachedRuntimeSettings, RuntimeSettingsPort
 from store.database import Database
 
 
@@ -23,8 +25,18 @@ class HostContext:
         database: The canonical store (started by the server's start hook).
         clock: Unix-millisecond clock; tests inject a fake.
         lanes: Per-Session mutation lanes (HOST-LANE-1).
+        runtimes: Connected runtimes and their links (HOST-RT-1).
+        runtime_loss_grace_seconds: How long a disconnected runtime may stay away before
+            its Turns are interrupted (``TUTTI_RUNTIME_LOSS_GRACE_SECONDS``).
+        runtime_command_timeout_seconds: How long an awaited runtime command may take.
+        runtime_settings: Applies persisted Session settings to a live runtime (HOST-SES-6);
+            the runtime link replaces the detached default.
     """
 
     database: Database
     clock: Callable[[], int] = wall_clock_ms
     lanes: MutationLanes = field(default_factory=MutationLanes)
+    runtimes: RuntimeRegistry = field(default_factory=RuntimeRegistry)
+    runtime_loss_grace_seconds: float = 30.0
+    runtime_command_timeout_seconds: float = 10.0
+    runtime_settings: RuntimeSettingsPort = field(default_factory=DetachedRuntimeSettings)

@@ -11,16 +11,32 @@ from __future__ import annotations
 from agentactivity.host.v1 import host_pb2_grpc, runtime_pb2_grpc
 from services.host.context import HostContext
 from services.host.wire.activity import ActivityRpcs
+from services.host.wire.interactions import InteractionRpcs
+from services.host.wire.messages import MessageRpcs
+from services.host.wire.projects import ProjectRpcs
+from services.host.wire.runtime import RuntimeLinkRpcs
+from services.host.wire.sessions import SessionRpcs
+from services.host.wire.targets import TargetRpcs
+from services.host.wire.turns import TurnRpcs
 
 
-class HostServicer(ActivityRpcs, host_pb2_grpc.HostServiceServicer):
+class HostServicer(
+    ActivityRpcs,
+    TargetRpcs,
+    ProjectRpcs,
+    SessionRpcs,
+    TurnRpcs,
+    MessageRpcs,
+    InteractionRpcs,
+    host_pb2_grpc.HostServiceServicer,
+):
     """Serves ``agentactivity.host.v1.HostService``."""
 
     def __init__(self, ctx: HostContext) -> None:
         self.ctx = ctx
 
 
-class RuntimeLinkServicer(runtime_pb2_grpc.RuntimeLinkServiceServicer):
+class RuntimeLinkServicer(RuntimeLinkRpcs, runtime_pb2_grpc.RuntimeLinkServiceServicer):
     """Serves ``agentactivity.host.v1.RuntimeLinkService`` (HOST-RT-1)."""
 
     def __init__(self, ctx: HostContext) -> None:

@@ -14,8 +14,9 @@ from tests.support.servers import TEST_PRINCIPALS, LiveServer, token_for
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def _run(fixtures: Path, server: LiveServer) -> subprocess.CompletedProcess[str]:
+def _run(fixtures: Path, *servers: LiveServer) -> subprocess.CompletedProcess[str]:
     tokens = [f"--token={name}={token_for(name)}" for name in TEST_PRINCIPALS]
+    addresses = [f"--address={server.name}={server.address}" for server in servers]
     return subprocess.run(
         [
             sys.executable,
@@ -24,7 +25,7 @@ def _run(fixtures: Path, server: LiveServer) -> subprocess.CompletedProcess[str]
             "conformance",
             "run",
             str(fixtures),
-            f"--address={server.name}={server.address}",
+            *addresses,
             *tokens,
         ],
         capture_output=True,
@@ -35,9 +36,19 @@ def _run(fixtures: Path, server: LiveServer) -> subprocess.CompletedProcess[str]
 
 
 @pytest.mark.spec("CON-3")
-def test_cli_passes_a_conforming_server(live_server: Callable[..., LiveServer]) -> None:
-    server = live_server("refresolve")
-    result = _run(FIXTURES / "refresolve", server)
+def test_cli_passes_a_conforming_server(
+    live_server: Callable[..., LiveServer], migrated_db_url: str
+) -> None:
+    # refresolve's fixtures load data into its backends, so all three are addressed.
+    appcenter = live_server("appcenter", database_url=migrated_db_url)
+    issuemanager = live_server("issuemanager", database_url=migrated_db_url)
+    server = live_server(
+        "refresolve",
+        appcenter_address=appcenter.address,
+        issuemanager_address=issuemanager.address,
+        service_token=token_for("service"),
+    )
+    result = _run(FIXTURES / "refresolve", server, appcenter, issuemanager)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "steps, ok" in result.stdout
 
@@ -52,11 +63,12 @@ def test_cli_fails_on_a_mismatch(live_server: Callable[..., LiveServer], tmp_pat
         "cases:\n"
         "  - name: claims the RPC works\n"
         "    steps:\n"
-        "      - method: ListReferences\n"
+        "      - method: GetReferenceSkill\n"
         "        principal: ws1-device\n"
-        "        request: {workspaceId: ws-1, source: REFERENCE_SOURCE_APP, id: a}\n"
+        "        request: {workspaceId: ws-1}\n"
         "        response: {}\n"
     )
     result = _run(wrong, server)
     assert result.returncode == 1
-    assert "unexpected UNIMPLEMENTED" in result.stdout
+    assert "1 FAILED" in result.stdout
+    assert "expected {}, got" in result.stdout

@@ -103,15 +103,12 @@ def test_missing_workspace_is_invalid_argument_with_a_field_violation(
 
 
 @pytest.mark.spec("CON-5")
-def test_unbuilt_rpc_is_unimplemented_for_an_authorized_caller(
-    live_server: Callable[..., LiveServer],
-) -> None:
-    server = live_server("refresolve")
-    stub = refresolve_pb2_grpc.ReferenceServiceStub(server.channel)
+def test_unbuilt_rpc_is_unimplemented_for_an_authorized_caller(maintenance: LiveServer) -> None:
+    stub = maintenance_pb2_grpc.MaintenanceServiceStub(maintenance.channel)
     with pytest.raises(grpc.RpcError) as raised:
-        stub.ListReferences(
-            refresolve_pb2.ListReferencesRequest(workspace_id="ws-1", id="app-1"),
-            metadata=auth_metadata("ws1-device"),
+        stub.RunManualPurge(
+            maintenance_pb2.RunManualPurgeRequest(workspace_id="ws-1"),
+            metadata=auth_metadata("admin"),
             timeout=5,
         )
     assert raised.value.code() == grpc.StatusCode.UNIMPLEMENTED

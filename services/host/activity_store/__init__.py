@@ -1,0 +1,38 @@
+"""SQL of the Host activity lifecycle: one repository per table family.
+
+Repositories take the ``AsyncSession`` of the transaction they run in (built by
+:class:`ActivityRepositories` as the scope of a ``store.transactions.TransactionRunner``)
+and return ORM rows; the domain modules of ``services.host`` hold the rules.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+
+from services.host.activity_store.interactions import InteractionRepository
+from services.host.activity_store.messages import MessageRepository
+from services.host.activity_store.operations import ResponseOperationRepository
+from services.host.activity_store.runtime_commands import RuntimeCommandRepository
+from services.host.activity_store.session_rows import SessionRowRepository
+from services.host.activity_store.turns import TurnRepository
+from store.transactions import TransactionRunner, UnitOfWork
+
+__all__ = ["ActivityRepositories", "activity_runner"]
+
+
+class ActivityRepositories:
+    """The scope of one activity transaction: every repository bound to one session."""
+
+    def __init__(self, session: AsyncSession, uow: UnitOfWork) -> None:
+        self.uow = uow
+        self.sessions = SessionRowRepository(session)
+        self.turns = TurnRepository(session)
+        self.messages = MessageRepository(session)
+        self.interactions = InteractionRepository(session)
+        self.operations = ResponseOperationRepository(session)
+        self.commands = RuntimeCommandRepository(session)
+
+
+def activity_runner(engine: AsyncEngine) -> TransactionRunner[ActivityRepositories]:
+    """A transaction runner whose commands receive :class:`ActivityRepositories`."""
+    return TransactionRunner(engine, scope=ActivityRepositories)

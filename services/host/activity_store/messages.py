@@ -1,0 +1,63 @@
+"""Message rows (HOST-MSG-1/2)."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from store.models import Message
+
+
+class MessageRepository:
+    """Reads and writes Message rows."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._db = session
+
+    async def get(self, workspace_id: str, session_id: str, message_id: str) -> Message | None:
+        """The message with this id in this Session."""
+        return await self._db.get(Message, (workspace_id, session_id, message_id))
+
+    def add(self, message: Message) -> None:
+        """Stage a new message row."""
+        self._db.add(message)
+
+    async def latest_assistant_text(
+        self, workspace_id: str, session_id: str, turn_id: str
+    ) -> Message | None:
+        """The Turn's latest persisted assistant text (the frozen result, HOST-TURN-6)."""
+        query = (
+            select(Message)
+            .where(
+                Message.workspace_id == workspace_id,
+                Message.session_id == session_id,
+                Message.turn_id == turn_id,
+                Message.role == "assistant",
+                Message.kind == "text",
+            )
+            .order_by(Message.sequence.desc())
+            .limit(1)
+        )
+        return (await self._db.execute(query)).scalar_one_or_none()
+
+    async def page(
+        self,
+        workspace_id: str,
+        session_id: str,
+        *,
+        after_version: int | None,
+        before_version: int | None,
+        limit: int,
+        descending: bool,
+    ) -> list[Message]:
+        """Up to ``limit`` messages strictly between the version bounds, in version order."""
+        query = select(Message).where(
+            Message.workspace_id == workspace_id, Message.session_id == session_id
+        )
+        if after_version is not None:
+            query = query.where(Message.version > after_version)
+        if before_version is not None:
+            query = query.where(Message.version < before_version)
+        order = Message.version.desc() if descending else Message.version.asc()
+        query = query.order_by(order).limit(limit)
+        return list((await self._db.execute(query)).scalars().all())

@@ -1,0 +1,91 @@
+"""Session and agent-target rows as the activity lifecycle needs them (locks, counters)."""
+
+from __future__ import annotations
+
+from sqlalchemy import or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from store.models import DEPLOYMENT_WORKSPACE_KEY, AgentTarget, Session
+
+
+class SessionRowRepository:
+    """Reads and locks Session rows; allocates message cursors."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._db = session
+
+    async def get(
+        self, workspace_id: str, session_id: str, *, lock: bool = False
+    ) -> Session | None:
+        """The live or deleted Session row; ``lock`` takes a row lock on Postgres.
+
+        SQLite write transactions already hold the database write lock (``BEGIN IMMEDIATE``),
+        so ``FOR UPDATE`` is only needed (and only emitted) on Postgres.
+        """
+        query = select(Session).where(
+            Session.workspace_id == workspace_id, Session.session_id == session_id
+        )
+        if lock:
+            query = query.with_for_update()
+        return (await self._db.execute(query)).scalar_one_or_none()
+
+    def add(self, row: Session) -> None:
+        """Stage a new Session row (a child Session a runtime reports, HOST-RT-3)."""
+        self._db.add(row)
+
+    async def flush(self) -> None:
+        """Write staged rows now."""
+        await self._db.flush()
+
+    async def target(self, workspace_id: str, agent_target_id: str) -> AgentTarget | None:
+        """The Session's agent target: workspace-private first, else deployment-wide."""
+        rows = (
+            (
+                await self._db.execute(
+                    select(AgentTarget).where(
+                        AgentTarget.agent_target_id == agent_target_id,
+                        or_(
+                            AgentTarget.workspace_id == workspace_id,
+                            AgentTarget.workspace_id == DEPLOYMENT_WORKSPACE_KEY,
+                        ),
+                    )
+                )
+            )
+            .scalars()
+            .all()
+        )
+        rows = sorted(rows, key=lambda row: row.workspace_id == DEPLOYMENT_WORKSPACE_KEY)
+        return rows[0] if rows else None
+
+    async def targets_for_providers(
+        self, providers: frozenset[str], target_ids: frozenset[str]
+    ) -> list[AgentTarget]:
+        """Registered targets of ``providers`` (restricted to ``target_ids`` when non-empty)."""
+        query = select(AgentTarget).where(AgentTarget.provider.in_(sorted(providers)))
+        if target_ids:
+            query = query.where(AgentTarget.agent_target_id.in_(sorted(target_ids)))
+        query = query.order_by(AgentTarget.agent_target_id)
+        return list((await self._db.execute(query)).scalars().all())
+
+    async def with_active_turns(self, providers: frozenset[str]) -> list[Session]:
+        """Live Sessions of ``providers`` that have an active Turn (runtime-loss scan)."""
+        query = select(Session).where(
+            Session.active_turn_id.is_not(None),
+            Session.provider.in_(sorted(providers)),
+            Session.deleted_at_unix_ms.is_(None),
+        )
+        return list((await self._db.execute(query)).scalars().all())
+
+    @staticmethod
+    def next_message_cursor(row: Session) -> tuple[int, int]:
+        """Allocate ``(sequence, version)`` for a new message of ``row`` (mutates the row)."""
+        sequence = row.next_message_sequence
+        row.next_message_sequence = sequence + 1
+        row.message_version = row.message_version + 1
+        return sequence, row.message_version
+
+    @staticmethod
+    def next_message_version(row: Session) -> int:
+        """Allocate a version for a changed message of ``row`` (mutates the row)."""
+        row.message_version = row.message_version + 1
+        return row.message_version

@@ -1,0 +1,188 @@
+"""User projects: workspace rail sections (HOST-PROJ-1, HOST-SES-2).
+
+A project is a workspace record (key, label, path). Its key is the ``rail_section_key`` of
+its member Sessions; the conversations section is the reserved key ``conversations`` and
+is no project. ``RemoveProject`` is the only operation that changes a persisted
+``rail_section_key``.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import uuid
+from dataclasses import dataclass
+
+from domainerrors import (
+    AlreadyExists,
+    FailedPrecondition,
+    FieldViolation,
+    InvalidArgument,
+    NotFound,
+)
+from services.host.context import HostContext
+from services.host.repository import transactions
+from services.host.repository.projects import ProjectRecord
+from store.models import CONVERSATIONS_SECTION_KEY
+
+__all__ = [
+    "ProjectRecord",
+    "ProjectRemoval",
+    "add_project",
+    "list_projects",
+    "project_containing",
+    "remove_project",
+    "validate_section_key",
+]
+
+MAX_KEY_LENGTH = 128
+MAX_LABEL_LENGTH = 256
+MAX_PATH_LENGTH = 4096
+_KEY = re.compile(r"[^\s\x00-\x1f\x7f]+")
+
+
+def validate_section_key(key: str, field: str) -> FieldViolation | None:
+    """The violation for a malformed section key, if any (the reserved key is allowed)."""
+    if not key:
+        return FieldViolation(field, "is required")
+    if len(key) > MAX_KEY_LENGTH or not _KEY.fullmatch(key):
+        return FieldViolation(
+            field, f"must be 1-{MAX_KEY_LENGTH} characters without whitespace or control characters"
+        )
+    return None
+
+
+def _text_violation(value: str, field: str, limit: int) -> FieldViolation | None:
+    if not value.strip():
+        return FieldViolation(field, "is required")
+    if len(value) > limit:
+        return FieldViolation(field, f"must be at most {limit} characters")
+    if re.search(r"[\x00-\x1f\x7f]", value):
+        return FieldViolation(field, "must not contain control characters")
+    return None
+
+
+def project_not_found(workspace_id: str, section_key: str) -> NotFound:
+    """The typed error for an unknown project key."""
+    return NotFound(
+        f"no project {section_key!r} in workspace {workspace_id!r}",
+        reason="PROJECT_NOT_FOUND",
+        metadata={"section_key": section_key},
+    )
+
+
+async def add_project(
+    ctx: HostContext, workspace_id: str, section_key: str | None, label: str, path: str
+) -> ProjectRecord:
+    """Create a project; an identical replay of a caller-keyed add returns the stored one.
+
+    Raises:
+        InvalidArgument: a malformed or the reserved key, an empty label or path.
+        AlreadyExists: reason ``PROJECT_EXISTS``; the key is used with another label or path.
+    """
+    violations = [
+        v
+        for v in (
+            None if section_key is None else validate_section_key(section_key, "section_key"),
+            _text_violation(label, "label", MAX_LABEL_LENGTH),
+            _text_violation(path, "path", MAX_PATH_LENGTH),
+        )
+        if v is not None
+    ]
+    if section_key == CONVERSATIONS_SECTION_KEY:
+        violations.append(
+            FieldViolation("section_key", "is the reserved conversations key, not a project")
+        )
+    if violations:
+        raise InvalidArgument("invalid project", field_violations=violations)
+    project = ProjectRecord(
+        workspace_id=workspace_id,
+        section_key=section_key or f"project-{uuid.uuid4().hex}",
+        label=label.strip(),
+        path=path,
+        created_at_unix_ms=ctx.clock(),
+    )
+
+    async def command(repos: transactions.HostRepositories) -> ProjectRecord:
+        if await repos.projects.insert(project):
+            return project
+        existing = await repos.projects.get(workspace_id, project.section_key)
+        if existing is not None and (existing.label, existing.path) == (
+            project.label,
+            project.path,
+        ):
+            return existing
+        raise AlreadyExists(
+            f"project key {project.section_key!r} is in use",
+            reason="PROJECT_EXISTS",
+            metadata={"section_key": project.section_key},
+        )
+
+    return await transactions.run(ctx.database, command)
+
+
+async def list_projects(ctx: HostContext, workspace_id: str) -> list[ProjectRecord]:
+    """The workspace's projects ordered by label, then key."""
+
+    async def query(repos: transactions.HostRepositories) -> list[ProjectRecord]:
+        return await repos.projects.in_workspace(workspace_id)
+
+    return await transactions.run(ctx.database, query, write=False)
+
+
+def project_containing(projects: list[ProjectRecord], cwd: str) -> ProjectRecord | None:
+    """The project whose path contains ``cwd`` (the deepest one), if any (HOST-SES-2)."""
+    best: ProjectRecord | None = None
+    target = posixpath.normpath(cwd) if cwd else ""
+    for project in projects:
+        root = posixpath.normpath(project.path)
+        inside = target == root or target.startswith(root.rstrip("/") + "/")
+        if inside and (best is None or len(root) > len(posixpath.normpath(best.path))):
+            best = project
+    return best
+
+
+@dataclass(frozen=True)
+class ProjectRemoval:
+    """What ``RemoveProject`` did: Sessions deleted (none yet) and Sessions rehomed."""
+
+    deleted_session_ids: tuple[str, ...]
+    rehomed_session_ids: tuple[str, ...]
+
+
+async def remove_project(ctx: HostContext, workspace_id: str, section_key: str) -> ProjectRemoval:
+    """Remove a project and rehome what it retains to the conversations key (HOST-PROJ-1).
+
+    The delete step (sending the live unpinned root Sessions through ``DeleteSessions``)
+    needs the canonical delete, which is not built yet: until then a project that still has
+    live unpinned root Sessions is refused. Otherwise one compare-and-finalize transaction
+    locks the project row (so no Session can be placed in it concurrently, HOST-SES-2),
+    re-checks that no live unpinned root remains, moves the retained pinned trees and
+    tombstones to ``conversations`` and deletes the row.
+
+    Raises:
+        InvalidArgument: a malformed key.
+        NotFound: reason ``PROJECT_NOT_FOUND``.
+        FailedPrecondition: reason ``PROJECT_HAS_LIVE_SESSIONS``.
+    """
+    if (violation := validate_section_key(section_key, "section_key")) is not None:
+        raise InvalidArgument(violation.description, field_violations=[violation])
+
+    async def finalize(repos: transactions.HostRepositories) -> ProjectRemoval:
+        if await repos.projects.get(workspace_id, section_key, lock="update") is None:
+            raise project_not_found(workspace_id, section_key)
+        live = await repos.projects.live_unpinned_root_ids(workspace_id, section_key)
+        if live:
+            raise FailedPrecondition(
+                f"project {section_key!r} still has {len(live)} live unpinned root Session(s); "
+                "delete them first",
+                reason="PROJECT_HAS_LIVE_SESSIONS",
+                metadata={"section_key": section_key, "live_session_count": str(len(live))},
+            )
+        rehomed = await repos.projects.rehome_section(
+            workspace_id, section_key, CONVERSATIONS_SECTION_KEY
+        )
+        await repos.projects.delete(workspace_id, section_key)
+        return ProjectRemoval((), tuple(rehomed))
+
+    return await transactions.run(ctx.database, finalize)

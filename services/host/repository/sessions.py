@@ -1,0 +1,461 @@
+"""SQL of Sessions and of the entity reads that compose with them (HOST-SES-1..6).
+
+:meth:`SessionRepository.root_sessions` is the one listing query behind every Session
+listing RPC (HOST-SES-4): scope, filters and the value cursor are applied in SQL to the whole
+visible set before paging, ``total_count`` and candidate selection.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import and_, exists, func, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.elements import ColumnElement
+
+from services.host.records import (
+    Capabilities,
+    InteractionOptionRecord,
+    InteractionRecord,
+    SessionRecord,
+    SessionSettingsValue,
+    TombstoneRecord,
+    TurnRecord,
+    UsageRecord,
+    json_object,
+)
+from store.models import Interaction, ResourceCleanupOutbox, Session, Turn
+
+__all__ = ["NewSession", "RootSessionPage", "RootSessionQuery", "SessionRepository"]
+
+
+@dataclass(frozen=True)
+class NewSession:
+    """The first persistence of a root Session (HOST-SES-2)."""
+
+    workspace_id: str
+    session_id: str
+    agent_target_id: str
+    provider: str
+    provider_target_ref: str
+    title: str
+    cwd: str
+    rail_section_key: str
+    rail_project_path: str | None
+    settings: SessionSettingsValue
+    capabilities: Capabilities
+    launch_subagents_json: str
+    created_at_unix_ms: int
+
+
+@dataclass(frozen=True)
+class RootSessionQuery:
+    """Which live root Sessions a listing covers (HOST-SES-4).
+
+    Attributes:
+        workspace_id: the workspace; every listing is scoped to exactly one.
+        section_key: exact ``rail_section_key`` membership, or ``None`` for every section.
+        pinned: ``True`` pinned only, ``False`` unpinned only, ``None`` both.
+        agent_target_id: keep only Sessions launched with this target.
+        title_contains: keep only titles containing this text, case-insensitively.
+        session_ids: keep only these Sessions (an authorized set); ``None`` = no restriction.
+    """
+
+    workspace_id: str
+    section_key: str | None = None
+    pinned: bool | None = None
+    agent_target_id: str | None = None
+    title_contains: str | None = None
+    session_ids: frozenset[str] | None = None
+
+
+@dataclass(frozen=True)
+class RootSessionPage:
+    """One page of a listing plus the size of the whole filtered set."""
+
+    sessions: list[SessionRecord]
+    total_count: int
+    has_more: bool
+
+
+def session_record(row: Session) -> SessionRecord:
+    """Map a ``sessions`` row; provider-private context is left behind (HOST-SES-3)."""
+    tombstone = None
+    if row.deleted_at_unix_ms is not None:
+        tombstone = TombstoneRecord(
+            deleted_at_unix_ms=row.deleted_at_unix_ms,
+            generation=row.deletion_generation,
+            component_size=row.component_size,
+            legacy=row.tombstone_legacy,
+        )
+    return SessionRecord(
+        workspace_id=row.workspace_id,
+        session_id=row.session_id,
+        parent_session_id=row.parent_session_id,
+        root_session_id=row.root_session_id,
+        parent_turn_id=row.parent_turn_id,
+        agent_target_id=row.agent_target_id,
+        provider=row.provider,
+        title=row.title,
+        cwd=row.cwd,
+        rail_section_key=row.rail_section_key,
+        rail_project_path=row.rail_project_path,
+        settings=SessionSettingsValue.from_json(row.settings_json),
+        capabilities=Capabilities.from_json(row.capabilities_json),
+        usage=UsageRecord.from_json(row.usage_json),
+        message_version=row.message_version,
+        pinned_at_unix_ms=row.pinned_at_unix_ms,
+        created_at_unix_ms=row.created_at_unix_ms,
+        updated_at_unix_ms=row.updated_at_unix_ms,
+        active_turn_id=row.active_turn_id,
+        tombstone=tombstone,
+        isolation=json_object(row.isolation_json) or None,
+        import_info=json_object(row.import_json) or None,
+    )
+
+
+def turn_record(row: Turn) -> TurnRecord:
+    """Map a ``turns`` row."""
+    return TurnRecord(
+        workspace_id=row.workspace_id,
+        session_id=row.session_id,
+        turn_id=row.turn_id,
+        client_submit_id=row.client_submit_id,
+        phase=row.phase,
+        outcome=row.outcome,
+        origin=row.origin,
+        version=row.version,
+        created_at_unix_ms=row.created_at_unix_ms,
+        started_at_unix_ms=row.started_at_unix_ms,
+        settled_at_unix_ms=row.settled_at_unix_ms,
+        result_message_id=row.result_message_id,
+        result_resolved_empty=row.result_resolved_empty,
+        root_turn_id=row.root_turn_id,
+        failure_message=row.failure_message,
+    )
+
+
+def _options(text: str | None) -> tuple[InteractionOptionRecord, ...]:
+    try:
+        data = json.loads(text or "[]")
+    except ValueError:
+        return ()
+    if not isinstance(data, list):
+        return ()
+    return tuple(
+        InteractionOptionRecord(
+            str(item.get("option_id", item.get("optionId", ""))), str(item.get("label", ""))
+        )
+        for item in data
+        if isinstance(item, dict)
+    )
+
+
+def interaction_record(row: Interaction) -> InteractionRecord:
+    """Map an ``interactions`` row."""
+    return InteractionRecord(
+        workspace_id=row.workspace_id,
+        session_id=row.session_id,
+        turn_id=row.turn_id,
+        request_id=row.request_id,
+        kind=row.kind,
+        status=row.status,
+        tool_name=row.tool_name,
+        input_json=row.input_json or "",
+        metadata_json=row.metadata_json or "",
+        title=row.title or "",
+        summary=row.summary or "",
+        options=_options(row.options_json),
+        answer=json_object(row.answer_json) or None,
+        version=row.version,
+        created_at_unix_ms=row.created_at_unix_ms,
+        updated_at_unix_ms=row.updated_at_unix_ms,
+    )
+
+
+def _live_roots(query: RootSessionQuery) -> list[ColumnElement[bool]]:
+    """The WHERE clause of a listing: visibility, scope and filters (HOST-SES-4)."""
+    clauses: list[ColumnElement[bool]] = [
+        Session.workspace_id == query.workspace_id,
+        Session.deleted_at_unix_ms.is_(None),
+        Session.parent_session_id.is_(None),
+    ]
+    if query.section_key is not None:
+        clauses.append(Session.rail_section_key == query.section_key)
+    if query.pinned is True:
+        clauses.append(Session.pinned_at_unix_ms.is_not(None))
+    elif query.pinned is False:
+        clauses.append(Session.pinned_at_unix_ms.is_(None))
+    if query.agent_target_id is not None:
+        clauses.append(Session.agent_target_id == query.agent_target_id)
+    if query.title_contains:
+        clauses.append(
+            func.lower(Session.title).contains(query.title_contains.lower(), autoescape=True)
+        )
+    if query.session_ids is not None:
+        clauses.append(Session.session_id.in_(sorted(query.session_ids)))
+    return clauses
+
+
+class SessionRepository:
+    """Reads and writes ``sessions`` and reads the Turns and Interactions they compose."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+
+    async def get(self, workspace_id: str, session_id: str) -> SessionRecord | None:
+        """One Session, live or tombstoned."""
+        row = (
+            await self._session.execute(
+                select(Session).where(
+                    Session.workspace_id == workspace_id, Session.session_id == session_id
+                )
+            )
+        ).scalar_one_or_none()
+        return None if row is None else session_record(row)
+
+    async def insert(self, new: NewSession) -> bool:
+        """Insert a root Session; ``False`` when the id is taken in the workspace."""
+        try:
+            async with self._session.begin_nested():
+                await self._session.execute(
+                    insert(Session).values(
+                        workspace_id=new.workspace_id,
+                        session_id=new.session_id,
+                        root_session_id=new.session_id,
+                        agent_target_id=new.agent_target_id,
+                        provider=new.provider,
+                        provider_target_ref=new.provider_target_ref,
+                        title=new.title,
+                        cwd=new.cwd,
+                        rail_section_key=new.rail_section_key,
+                        rail_project_path=new.rail_project_path,
+                        settings_json=new.settings.to_json(),
+                        capabilities_json=new.capabilities.to_json(),
+                        launch_subagents_json=new.launch_subagents_json,
+                        message_version=0,
+                        next_message_sequence=1,
+                        created_at_unix_ms=new.created_at_unix_ms,
+                        updated_at_unix_ms=new.created_at_unix_ms,
+                        tombstone_legacy=False,
+                    )
+                )
+        except IntegrityError:
+            return False
+        return True
+
+    async def launch_subagents_json(self, workspace_id: str, session_id: str) -> str | None:
+        """The subagent catalog the Session was launched with (HOST-MENT-1), as stored."""
+        result = await self._session.execute(
+            select(Session.launch_subagents_json).where(
+                Session.workspace_id == workspace_id, Session.session_id == session_id
+            )
+        )
+        return result.scalar_one_or_none()
+
+    async def cleanup_pending(self, session_id: str) -> bool:
+        """Whether a pending resource-cleanup row fences this id in any workspace (HOST-DEL-11)."""
+        result = await self._session.execute(
+            select(exists().where(ResourceCleanupOutbox.session_id == session_id))
+        )
+        return bool(result.scalar_one())
+
+    async def live_descendants(self, session: SessionRecord) -> list[SessionRecord]:
+        """Every live descendant of ``session``, parents before their children."""
+        rows = (
+            await self._session.execute(
+                select(Session)
+                .where(
+                    Session.workspace_id == session.workspace_id,
+                    Session.root_session_id == session.root_session_id,
+                    Session.deleted_at_unix_ms.is_(None),
+                )
+                .order_by(Session.created_at_unix_ms, Session.session_id)
+            )
+        ).scalars()
+        children: dict[str, list[SessionRecord]] = {}
+        for row in rows:
+            if row.parent_session_id is not None:
+                children.setdefault(row.parent_session_id, []).append(session_record(row))
+        ordered: list[SessionRecord] = []
+        frontier = [session.session_id]
+        seen = {session.session_id}
+        while frontier:
+            next_frontier: list[str] = []
+            for parent in frontier:
+                for child in children.get(parent, []):
+                    if child.session_id not in seen:
+                        seen.add(child.session_id)
+                        ordered.append(child)
+                        next_frontier.append(child.session_id)
+            frontier = next_frontier
+        return ordered
+
+    async def get_turn(self, workspace_id: str, session_id: str, turn_id: str) -> TurnRecord | None:
+        """One Turn of a Session."""
+        row = (
+            await self._session.execute(
+                select(Turn).where(
+                    Turn.workspace_id == workspace_id,
+                    Turn.session_id == session_id,
+                    Turn.turn_id == turn_id,
+                )
+            )
+        ).scalar_one_or_none()
+        return None if row is None else turn_record(row)
+
+    async def latest_turns(
+        self, workspace_id: str, session_ids: Iterable[str]
+    ) -> dict[str, TurnRecord]:
+        """The most recently created effective (not retracted) Turn of each Session."""
+        ids = sorted(set(session_ids))
+        if not ids:
+            return {}
+        ranked = (
+            select(
+                Turn,
+                func.row_number()
+                .over(
+                    partition_by=Turn.session_id,
+                    order_by=(Turn.created_at_unix_ms.desc(), Turn.turn_id.desc()),
+                )
+                .label("rank"),
+            )
+            .where(
+                Turn.workspace_id == workspace_id,
+                Turn.session_id.in_(ids),
+                Turn.retracted_at_unix_ms.is_(None),
+            )
+            .subquery()
+        )
+        latest = select(ranked).where(ranked.c.rank == 1)
+        turns: dict[str, TurnRecord] = {}
+        for row in (await self._session.execute(latest)).mappings():
+            turns[row["session_id"]] = TurnRecord(
+                workspace_id=row["workspace_id"],
+                session_id=row["session_id"],
+                turn_id=row["turn_id"],
+                client_submit_id=row["client_submit_id"],
+                phase=row["phase"],
+                outcome=row["outcome"],
+                origin=row["origin"],
+                version=row["version"],
+                created_at_unix_ms=row["created_at_unix_ms"],
+                started_at_unix_ms=row["started_at_unix_ms"],
+                settled_at_unix_ms=row["settled_at_unix_ms"],
+                result_message_id=row["result_message_id"],
+                result_resolved_empty=row["result_resolved_empty"],
+                root_turn_id=row["root_turn_id"],
+                failure_message=row["failure_message"],
+            )
+        return turns
+
+    async def pending_interactions(
+        self, workspace_id: str, session_id: str
+    ) -> list[InteractionRecord]:
+        """The Session's actionable pending Interactions, oldest first."""
+        rows = (
+            await self._session.execute(
+                select(Interaction)
+                .where(
+                    Interaction.workspace_id == workspace_id,
+                    Interaction.session_id == session_id,
+                    Interaction.status == "pending",
+                    Interaction.actionable.is_(True),
+                )
+                .order_by(
+                    Interaction.created_at_unix_ms, Interaction.turn_id, Interaction.request_id
+                )
+            )
+        ).scalars()
+        return [interaction_record(row) for row in rows]
+
+    async def pending_interaction_counts(
+        self, workspace_id: str, root_session_ids: Iterable[str]
+    ) -> dict[str, int]:
+        """Actionable pending Interactions in each root's live tree."""
+        ids = sorted(set(root_session_ids))
+        if not ids:
+            return {}
+        rows = await self._session.execute(
+            select(Session.root_session_id, func.count())
+            .select_from(Interaction)
+            .join(
+                Session,
+                and_(
+                    Session.workspace_id == Interaction.workspace_id,
+                    Session.session_id == Interaction.session_id,
+                ),
+            )
+            .where(
+                Interaction.workspace_id == workspace_id,
+                Session.root_session_id.in_(ids),
+                Session.deleted_at_unix_ms.is_(None),
+                Interaction.status == "pending",
+                Interaction.actionable.is_(True),
+            )
+            .group_by(Session.root_session_id)
+        )
+        return {row[0]: int(row[1]) for row in rows}
+
+    async def _set(self, workspace_id: str, session_id: str, **values: object) -> None:
+        await self._session.execute(
+            update(Session)
+            .where(Session.workspace_id == workspace_id, Session.session_id == session_id)
+            .values(**values)
+        )
+
+    async def set_title(self, workspace_id: str, session_id: str, title: str) -> None:
+        """Store a new title."""
+        await self._set(workspace_id, session_id, title=title)
+
+    async def set_pinned_at(
+        self, workspace_id: str, session_id: str, pinned_at_unix_ms: int | None
+    ) -> None:
+        """Pin (a timestamp) or unpin (``None``)."""
+        await self._set(workspace_id, session_id, pinned_at_unix_ms=pinned_at_unix_ms)
+
+    async def set_settings(
+        self, workspace_id: str, session_id: str, settings: SessionSettingsValue
+    ) -> None:
+        """Store normalized settings."""
+        await self._set(workspace_id, session_id, settings_json=settings.to_json())
+
+    async def root_sessions(
+        self,
+        query: RootSessionQuery,
+        *,
+        after: tuple[int, str] | None = None,
+        limit: int | None = None,
+    ) -> RootSessionPage:
+        """The listing query (HOST-SES-4): filter the whole visible set, count it, page it.
+
+        Args:
+            query: scope and filters, applied before paging and counting.
+            after: ``(updated_at_unix_ms, session_id)`` of the previous page's last row; the
+                page starts strictly after it in ``updated_at DESC, session_id ASC`` order.
+            limit: page size, or ``None`` for the complete set (deletion candidates).
+        """
+        clauses = _live_roots(query)
+        total = (
+            await self._session.execute(select(func.count()).select_from(Session).where(*clauses))
+        ).scalar_one()
+        page = select(Session).where(*clauses)
+        if after is not None:
+            updated, session_id = after
+            page = page.where(
+                or_(
+                    Session.updated_at_unix_ms < updated,
+                    and_(Session.updated_at_unix_ms == updated, Session.session_id > session_id),
+                )
+            )
+        page = page.order_by(Session.updated_at_unix_ms.desc(), Session.session_id.asc())
+        if limit is not None:
+            page = page.limit(limit + 1)
+        rows: Sequence[Session] = (await self._session.execute(page)).scalars().all()
+        has_more = limit is not None and len(rows) > limit
+        kept = rows if limit is None else rows[:limit]
+        return RootSessionPage([session_record(row) for row in kept], int(total), has_more)

@@ -1,0 +1,181 @@
+"""Commands to runtimes through the durable outbox (HOST-RT-1, HOST-INT-3).
+
+A command is written as a ``runtime_command_outbox`` row in the same transaction as the
+fact that causes it (a persisted Turn, a stop, a claimed interaction response), then
+dispatched after the commit to the link that serves the Session. Rows stay ``pending``
+until dispatched and ``dispatched`` until the runtime acknowledges them; a link that
+(re)connects receives every unacknowledged command of the Sessions it serves, so a
+command survives a Host restart and a runtime reconnect (commands are idempotent by
+``command_id``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from services.host.activity_store import ActivityRepositories, activity_runner
+from services.host.context import HostContext
+from services.host.runtime_registry import CommandAck, OutboundCommand, RuntimeLinkHandle
+from store.models import RuntimeCommandOutbox, Session
+
+_log = logging.getLogger(__name__)
+
+
+def enqueue(
+    repos: ActivityRepositories,
+    ctx: HostContext,
+    session: Session,
+    kind: str,
+    payload: Mapping[str, Any],
+    *,
+    operation_id: str | None = None,
+) -> str:
+    """Write a command row in the open transaction and dispatch it after the commit.
+
+    Args:
+        repos: The open transaction.
+        ctx: Host dependencies (clock, registry).
+        session: The Session the command acts on.
+        kind: The ``RuntimeCommand.command`` oneof field name (``start_turn`` ...).
+        payload: The proto3-JSON form of that field.
+        operation_id: The response operation the command delivers, when there is one.
+
+    Returns:
+        The new command id.
+    """
+    now = ctx.clock()
+    command_id = f"cmd-{uuid.uuid4()}"
+    repos.commands.add(
+        RuntimeCommandOutbox(
+            workspace_id=session.workspace_id,
+            session_id=session.session_id,
+            command_id=command_id,
+            command_kind=kind,
+            operation_id=operation_id,
+            payload_json=json.dumps(dict(payload), separators=(",", ":"), sort_keys=True),
+            state="pending",
+            attempts=0,
+            next_attempt_at_unix_ms=now,
+            created_at_unix_ms=now,
+            updated_at_unix_ms=now,
+        )
+    )
+    workspace_id, session_id = session.workspace_id, session.session_id
+
+    async def dispatch_after_commit() -> None:
+        await dispatch_session(ctx, workspace_id, session_id)
+
+    repos.uow.after_commit(dispatch_after_commit)
+    return command_id
+
+
+def _outbound(row: RuntimeCommandOutbox) -> OutboundCommand:
+    return OutboundCommand(
+        command_id=row.command_id,
+        workspace_id=row.workspace_id,
+        session_id=row.session_id,
+        issued_at_unix_ms=row.created_at_unix_ms,
+        kind=row.command_kind,
+        payload=json.loads(row.payload_json),
+    )
+
+
+async def dispatch_session(ctx: HostContext, workspace_id: str, session_id: str) -> int:
+    """Send the Session's pending commands to the link that serves it.
+
+    Returns:
+        How many commands were handed to a link (0 when no runtime serves the Session).
+    """
+
+    async def run(repos: ActivityRepositories) -> list[tuple[RuntimeLinkHandle, OutboundCommand]]:
+        session = await repos.sessions.get(workspace_id, session_id)
+        if session is None:
+            return []
+        link = ctx.runtimes.link_for(workspace_id, session.agent_target_id, session.provider)
+        if link is None:
+            return []
+        rows = [
+            row
+            for row in await repos.commands.unacknowledged(workspace_id, session_id)
+            if row.state == "pending"
+        ]
+        return [(link, await _mark_dispatched(repos, ctx, row)) for row in rows]
+
+    sent = await activity_runner(ctx.database.engine).run(run)
+    for link, command in sent:
+        link.send(command)
+    return len(sent)
+
+
+async def resend_unacknowledged(ctx: HostContext, link: RuntimeLinkHandle) -> int:
+    """Give a (re)connected link every unacknowledged command of the Sessions it serves."""
+
+    async def run(repos: ActivityRepositories) -> list[OutboundCommand]:
+        commands: list[OutboundCommand] = []
+        sessions: dict[tuple[str, str], bool] = {}
+        for row in await repos.commands.unacknowledged():
+            key = (row.workspace_id, row.session_id)
+            if key not in sessions:
+                session = await repos.sessions.get(*key)
+                sessions[key] = session is not None and link.identity.serves(
+                    session.workspace_id, session.agent_target_id, session.provider
+                )
+            if sessions[key]:
+                commands.append(await _mark_dispatched(repos, ctx, row))
+        return commands
+
+    commands = await activity_runner(ctx.database.engine).run(run)
+    for command in commands:
+        link.send(command)
+    return len(commands)
+
+
+async def _mark_dispatched(
+    repos: ActivityRepositories, ctx: HostContext, row: RuntimeCommandOutbox
+) -> OutboundCommand:
+    now = ctx.clock()
+    row.state = "dispatched"
+    row.attempts += 1
+    row.updated_at_unix_ms = now
+    if row.operation_id is not None:
+        # HOST-INT-3: the operation is ``pending`` until dispatched, then ``resolving``.
+        operation = await repos.operations.get(row.workspace_id, row.operation_id)
+        if operation is not None and operation.state == "pending":
+            operation.state = "resolving"
+            operation.attempts += 1
+            operation.updated_at_unix_ms = now
+    return _outbound(row)
+
+
+async def record_ack(repos: ActivityRepositories, ctx: HostContext, ack: CommandAck) -> None:
+    """Record a runtime's acknowledgement on its outbox row (in the open transaction).
+
+    ``accepted`` completes the row; ``rejected`` (an explicit provider rejection) fails it
+    for good; ``failed`` puts it back to ``pending`` so the next dispatch retries it.
+    """
+    row = await repos.commands.by_command_id(ack.command_id)
+    if row is None:
+        _log.info("acknowledgement for unknown command %s", ack.command_id)
+        return
+    if row.state in ("completed", "failed"):
+        return
+    now = ctx.clock()
+    row.updated_at_unix_ms = now
+    if ack.status == "accepted":
+        row.state = "completed"
+    elif ack.status == "rejected":
+        row.state = "failed"
+        row.last_error = ack.reason or ack.message or "rejected"
+    else:
+        row.state = "pending"
+        row.last_error = ack.reason or ack.message or "failed"
+    if row.operation_id is not None:
+        operation = await repos.operations.get(row.workspace_id, row.operation_id)
+        if operation is not None and operation.state != "completed" and ack.status == "failed":
+            operation.state = "pending"
+            operation.last_error = row.last_error
+            operation.updated_at_unix_ms = now

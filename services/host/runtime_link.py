@@ -1,0 +1,471 @@
+"""The runtime link's rules (HOST-RT-1, HOST-RT-3, HOST-RT-4): hello, reports, acks, loss.
+
+Reports are applied atomically, in provider order, with the causal write barrier:
+
+* non-terminal state (Session patch, Turn creation, Interaction transitions) is written in
+  order, so the rows later messages reference exist first;
+* immediately before a terminal Turn patch, every message of that Turn in the report is
+  written (also ones listed after the patch), then the Turn settles and freezes its
+  result from the durable messages (HOST-TURN-6);
+* patches after a settlement are applied after it, where they are stale replays;
+* a conflicting Interaction (changed kind, tool name, input or metadata) or an invalid
+  item rejects the whole report: nothing from it commits (HOST-INT-2);
+* tool-call snapshots only write tool-call messages; Interactions change only through
+  ``interaction_transition`` items and response dispositions, which commit in provider
+  order before a terminal patch that follows them (HOST-RT-4).
+
+A runtime that disconnects is given ``runtime_loss_grace_seconds`` to come back with the
+same instance; otherwise (or at once, when it returns as a new instance) its Sessions'
+active Turns settle ``interrupted`` and their open Interactions become ``superseded``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+
+from domainerrors import FailedPrecondition, InvalidArgument, PermissionDenied, ResourceExhausted
+from services.host import interactions, messages, runtime_commands, turn_lifecycle
+from services.host.activity_store import ActivityRepositories, activity_runner
+from services.host.context import HostContext
+from services.host.interactions import DispositionInput, TransitionInput
+from services.host.records import json_object
+from services.host.runtime_registry import (
+    PROTOCOL_REVISION,
+    CommandAck,
+    RuntimeIdentity,
+    RuntimeLinkHandle,
+)
+from services.host.runtime_reports import (
+    ItemResult,
+    MessageSnapshotItem,
+    ReportItem,
+    ReportVerdict,
+    RuntimeReportInput,
+    SessionLostItem,
+    SessionPatchItem,
+    TurnPatchItem,
+)
+from services.host.tool_payload import build_tool_call_payload
+from store.models import Session, Turn
+
+_log = logging.getLogger(__name__)
+
+MAX_REPORT_BYTES = 8 * 1024 * 1024
+"""Largest encoded report Host accepts (``RuntimeWelcome.max_report_bytes``)."""
+
+# --------------------------------------------------------------------------- hello
+
+
+async def open_link(
+    ctx: HostContext, identity: RuntimeIdentity, protocol_revision: int
+) -> tuple[RuntimeLinkHandle, list[str]]:
+    """Register a runtime after its hello.
+
+    Returns:
+        The link handle and the registered agent targets Host will route to it.
+
+    Raises:
+        FailedPrecondition: ``RUNTIME_PROTOCOL_MISMATCH``.
+    """
+    if protocol_revision != PROTOCOL_REVISION:
+        raise FailedPrecondition(
+            f"runtime link revision {protocol_revision} is not supported "
+            f"(this Host speaks {PROTOCOL_REVISION})",
+            reason="RUNTIME_PROTOCOL_MISMATCH",
+            metadata={"supported": str(PROTOCOL_REVISION)},
+        )
+    handle = RuntimeLinkHandle(identity)
+    replaced, dead_instance = ctx.runtimes.attach(handle)
+    if replaced is not None:
+        replaced.close()
+    if dead_instance is not None:
+        _log.info("runtime %s restarted (was %s)", identity.runtime_id, dead_instance)
+        await runtime_lost(ctx, identity, include_served_by_others=True)
+
+    async def targets(repos: ActivityRepositories) -> list[str]:
+        rows = await repos.sessions.targets_for_providers(identity.providers, identity.target_ids)
+        return sorted({row.agent_target_id for row in rows})
+
+    return handle, await activity_runner(ctx.database.engine).run(targets, write=False)
+
+
+async def link_ready(ctx: HostContext, handle: RuntimeLinkHandle) -> None:
+    """After the welcome: re-send every unacknowledged command this link should run."""
+    await runtime_commands.resend_unacknowledged(ctx, handle)
+
+
+async def close_link(ctx: HostContext, handle: RuntimeLinkHandle) -> None:
+    """The stream ended: start the loss grace unless a newer link took over."""
+    handle.close()
+    if not ctx.runtimes.detach(handle):
+        return
+    runtime_id = handle.identity.runtime_id
+
+    async def after_grace() -> None:
+        try:
+            await asyncio.sleep(ctx.runtime_loss_grace_seconds)
+            if not ctx.runtimes.is_connected(runtime_id):
+                await runtime_lost(ctx, handle.identity, include_served_by_others=False)
+        finally:
+            ctx.runtimes.loss_done(runtime_id, asyncio.current_task())
+
+    ctx.runtimes.schedule_loss(runtime_id, asyncio.create_task(after_grace()))
+
+
+async def runtime_lost(
+    ctx: HostContext, identity: RuntimeIdentity, *, include_served_by_others: bool
+) -> int:
+    """Confirm the runtime's provider sessions dead (HOST-INT-3, HOST-TURN-5).
+
+    Returns:
+        How many Sessions had an active Turn interrupted.
+    """
+    runner = activity_runner(ctx.database.engine)
+
+    async def candidates(repos: ActivityRepositories) -> list[tuple[str, str]]:
+        rows = await repos.sessions.with_active_turns(identity.providers)
+        return [
+            (row.workspace_id, row.session_id)
+            for row in rows
+            if identity.serves(row.workspace_id, row.agent_target_id, row.provider)
+            and (
+                include_served_by_others
+                or ctx.runtimes.link_for(row.workspace_id, row.agent_target_id, row.provider)
+                is None
+            )
+        ]
+
+    count = 0
+    for workspace_id, session_id in await runner.run(candidates, write=False):
+
+        async def interrupt(
+            repos: ActivityRepositories, ws: str = workspace_id, sid: str = session_id
+        ) -> bool:
+            session = await repos.sessions.get(ws, sid, lock=True)
+            if session is None:
+                return False
+            return await _confirm_dead(repos, session, ctx.clock())
+
+        async with ctx.lanes.hold(workspace_id, session_id):
+            count += int(await runner.run(interrupt))
+    return count
+
+
+async def _confirm_dead(repos: ActivityRepositories, session: Session, now: int) -> bool:
+    """Interrupt the active Turn and supersede every open Interaction of the Session."""
+    changed = False
+    if session.active_turn_id is not None:
+        turn = await repos.turns.get(
+            session.workspace_id, session.session_id, session.active_turn_id
+        )
+        if turn is not None and turn_lifecycle.is_active(turn):
+            await turn_lifecycle.settle(repos, session, turn, "interrupted", now)
+            changed = True
+    for row in await repos.interactions.open_for_session(session.workspace_id, session.session_id):
+        turn = await repos.turns.get(row.workspace_id, row.session_id, row.turn_id)
+        if turn is not None:
+            await turn_lifecycle.close_open_interactions(repos, turn, "superseded", now)
+            changed = True
+    return changed
+
+
+# ---------------------------------------------------------------------------- acks
+
+
+async def apply_ack(ctx: HostContext, handle: RuntimeLinkHandle, ack: CommandAck) -> None:
+    """Record a command acknowledgement and wake whoever awaits it."""
+
+    async def run(repos: ActivityRepositories) -> None:
+        await runtime_commands.record_ack(repos, ctx, ack)
+
+    await activity_runner(ctx.database.engine).run(run)
+    handle.resolve_ack(ack)
+
+
+# ------------------------------------------------------------------------- reports
+
+
+class _Refused(Exception):
+    def __init__(self, verdict: ReportVerdict) -> None:
+        super().__init__(verdict.reason)
+        self.verdict = verdict
+
+
+async def apply_report(
+    ctx: HostContext, identity: RuntimeIdentity, report: RuntimeReportInput
+) -> ReportVerdict:
+    """Apply one report atomically with the causal write barrier.
+
+    Raises:
+        PermissionDenied: ``WORKSPACE_SCOPE_MISMATCH`` (the report names a workspace
+            outside the runtime's token; the link is closed).
+    """
+    if not identity.may_access(report.workspace_id):
+        raise PermissionDenied(
+            f"runtime {identity.runtime_id} may not report for workspace {report.workspace_id!r}",
+            reason="WORKSPACE_SCOPE_MISMATCH",
+            metadata={"workspace_id": report.workspace_id},
+        )
+    runner = activity_runner(ctx.database.engine)
+    try:
+        async with ctx.lanes.hold(report.workspace_id, report.session_id):
+            return await runner.run(lambda repos: _apply(ctx, repos, report))
+    except _Refused as refused:
+        return refused.verdict
+
+
+async def _apply(
+    ctx: HostContext, repos: ActivityRepositories, report: RuntimeReportInput
+) -> ReportVerdict:
+    now = ctx.clock()
+    session = await repos.sessions.get(report.workspace_id, report.session_id, lock=True)
+    results: dict[int, ItemResult] = {}
+    items = list(enumerate(report.items))
+
+    def refuse(index: int, outcome: str, reason: str, message: str) -> _Refused:
+        result = ItemResult(index, outcome, message=message)
+        return _Refused(ReportVerdict(report.report_id, outcome, (result,), reason))
+
+    for index, item in items:
+        if index in results:
+            continue  # a message already flushed ahead of its Turn's terminal patch
+        if item is None:
+            raise refuse(index, "rejected", "EMPTY_ITEM", "report item has no payload")
+        if isinstance(item, SessionPatchItem):
+            session, changed = await _apply_session_patch(repos, report, session, item, now)
+            if session is None:
+                raise refuse(index, "rejected", "UNKNOWN_SESSION", "parent Session not found")
+            results[index] = ItemResult(index, "applied" if changed else "already_applied")
+            continue
+        if session is None:
+            raise refuse(index, "rejected", "UNKNOWN_SESSION", "report names an unknown Session")
+        if isinstance(item, TurnPatchItem):
+            if item.terminal:
+                # The barrier: this Turn's messages commit before its terminal state.
+                for later, other in items[index + 1 :]:
+                    if (
+                        isinstance(other, MessageSnapshotItem)
+                        and other.turn_id == item.turn_id
+                        and later not in results
+                    ):
+                        results[later] = await _apply_message(
+                            repos, session, later, other, now, refuse
+                        )
+            results[index] = await _apply_turn_patch(repos, session, index, item, now, refuse)
+        elif isinstance(item, MessageSnapshotItem):
+            results[index] = await _apply_message(repos, session, index, item, now, refuse)
+        elif isinstance(item, TransitionInput):
+            results[index] = await _apply_transition(repos, session, index, item, now, refuse)
+        elif isinstance(item, DispositionInput):
+            outcome = await interactions.apply_disposition(repos, session, item, now)
+            if outcome.outcome == "rejected":
+                raise refuse(index, "rejected", "UNKNOWN_OPERATION", outcome.detail or "")
+            results[index] = ItemResult(index, outcome.outcome, outcome.stale)
+        elif isinstance(item, SessionLostItem):
+            changed = await _confirm_dead(repos, session, now)
+            results[index] = ItemResult(index, "applied" if changed else "already_applied")
+    ordered = tuple(results[index] for index in sorted(results))
+    applied = any(result.outcome == "applied" for result in ordered)
+    return ReportVerdict(report.report_id, "applied" if applied else "already_applied", ordered)
+
+
+Refuse = Callable[[int, str, str, str], _Refused]
+
+
+async def _apply_session_patch(
+    repos: ActivityRepositories,
+    report: RuntimeReportInput,
+    session: Session | None,
+    item: SessionPatchItem,
+    now: int,
+) -> tuple[Session | None, bool]:
+    if session is None:
+        if item.parent_session_id is None:
+            return None, False
+        parent = await repos.sessions.get(report.workspace_id, item.parent_session_id)
+        if parent is None:
+            return None, False
+        session = Session(
+            workspace_id=report.workspace_id,
+            session_id=report.session_id,
+            parent_session_id=parent.session_id,
+            root_session_id=parent.root_session_id,
+            parent_turn_id=item.parent_turn_id,
+            agent_target_id=item.agent_target_id or parent.agent_target_id,
+            provider=parent.provider,
+            title=item.title or "",
+            cwd=item.cwd if item.cwd is not None else parent.cwd,
+            rail_section_key=parent.rail_section_key,
+            rail_project_path=parent.rail_project_path,
+            settings_json=parent.settings_json,
+            capabilities_json=parent.capabilities_json,
+            usage_json=item.usage_json,
+            message_version=0,
+            next_message_sequence=1,
+            created_at_unix_ms=now,
+            updated_at_unix_ms=now,
+        )
+        repos.sessions.add(session)
+        await repos.sessions.flush()
+        return session, True
+    before = (
+        session.title,
+        session.cwd,
+        session.usage_json,
+        session.agent_target_id,
+        session.provider_resume_json,
+    )
+    if item.title is not None:
+        session.title = item.title
+    if item.cwd is not None:
+        session.cwd = item.cwd  # never changes rail_section_key (HOST-SES-2)
+    if item.usage_json is not None:
+        session.usage_json = item.usage_json
+    if item.agent_target_id is not None:
+        session.agent_target_id = item.agent_target_id
+    if item.provider_session_ref is not None or item.runtime_context_json is not None:
+        resume = json_object(session.provider_resume_json)
+        if item.provider_session_ref is not None:
+            resume["providerSessionRef"] = item.provider_session_ref
+        if item.runtime_context_json is not None:
+            resume["runtimeContextJson"] = item.runtime_context_json
+        session.provider_resume_json = json.dumps(resume, sort_keys=True)
+    after = (
+        session.title,
+        session.cwd,
+        session.usage_json,
+        session.agent_target_id,
+        session.provider_resume_json,
+    )
+    if before != after:
+        session.updated_at_unix_ms = max(session.updated_at_unix_ms, now)
+    return session, before != after
+
+
+async def _apply_turn_patch(
+    repos: ActivityRepositories,
+    session: Session,
+    index: int,
+    item: TurnPatchItem,
+    now: int,
+    refuse: Refuse,
+) -> ItemResult:
+    if item.phase is None:
+        raise refuse(index, "rejected", "INVALID_TURN_PATCH", "phase is required")
+    if item.terminal and item.outcome is None:
+        raise refuse(index, "rejected", "INVALID_TURN_PATCH", "a settlement needs an outcome")
+    turn = await repos.turns.get(session.workspace_id, session.session_id, item.turn_id)
+    if turn is None:
+        if item.origin is None:
+            raise refuse(
+                index, "rejected", "INVALID_TURN_PATCH", "origin is required to create a Turn"
+            )
+        turn = Turn(
+            workspace_id=session.workspace_id,
+            session_id=session.session_id,
+            turn_id=item.turn_id,
+            phase="queued" if item.terminal else item.phase,
+            outcome=None,
+            origin=item.origin,
+            root_turn_id=item.root_turn_id,
+            version=1,
+            created_at_unix_ms=now,
+            updated_at_unix_ms=now,
+            started_at_unix_ms=None if item.phase == "queued" else now,
+        )
+        repos.turns.add(turn)
+        await repos.turns.flush()
+        if not item.terminal and session.active_turn_id is None:
+            session.active_turn_id = turn.turn_id
+            session.updated_at_unix_ms = max(session.updated_at_unix_ms, now)
+        if not item.terminal:
+            return ItemResult(index, "applied")
+    if item.terminal:
+        assert item.outcome is not None
+        change = await turn_lifecycle.settle(
+            repos, session, turn, item.outcome, now, failure_message=item.failure_message
+        )
+    else:
+        change = turn_lifecycle.advance_phase(turn, item.phase, now)
+    return ItemResult(index, "applied" if change.changed else "already_applied", change.stale)
+
+
+async def _apply_message(
+    repos: ActivityRepositories,
+    session: Session,
+    index: int,
+    item: MessageSnapshotItem,
+    now: int,
+    refuse: Refuse,
+) -> ItemResult:
+    if item.role is None or item.kind is None or not item.message_id:
+        raise refuse(index, "rejected", "INVALID_MESSAGE", "message id, role and kind are required")
+    if item.turn_id is not None:
+        turn = await repos.turns.get(session.workspace_id, session.session_id, item.turn_id)
+        if turn is None:
+            raise refuse(
+                index, "rejected", "UNKNOWN_TURN", f"message names unknown Turn {item.turn_id!r}"
+            )
+    if item.tool_call is not None:
+        # HOST-MSG-3..5: projection and budgets; data that cannot fit rejects the report.
+        try:
+            payload = build_tool_call_payload(item.tool_call).payload_json
+        except (InvalidArgument, ResourceExhausted) as error:
+            raise refuse(index, "rejected", error.reason, error.message) from error
+    else:
+        payload = item.payload_json or "{}"
+    write = await messages.write_snapshot(
+        repos,
+        session,
+        message_id=item.message_id,
+        turn_id=item.turn_id,
+        role=item.role,
+        kind=item.kind,
+        payload_json=payload,
+        occurred_at_unix_ms=item.occurred_at_unix_ms or now,
+        now=now,
+    )
+    return ItemResult(index, "applied" if write.changed else "already_applied")
+
+
+async def _apply_transition(
+    repos: ActivityRepositories,
+    session: Session,
+    index: int,
+    item: TransitionInput,
+    now: int,
+    refuse: Refuse,
+) -> ItemResult:
+    if item.status not in interactions.REPORTABLE:
+        raise refuse(
+            index,
+            "rejected",
+            "STATUS_NOT_REPORTABLE",
+            "runtime reports may submit only pending and superseded",
+        )
+    if not item.kind or not item.request_id:
+        raise refuse(index, "rejected", "INVALID_INTERACTION", "kind and request_id are required")
+    turn = await repos.turns.get(session.workspace_id, session.session_id, item.turn_id)
+    if turn is None:
+        raise refuse(
+            index, "rejected", "UNKNOWN_TURN", f"Interaction names unknown Turn {item.turn_id!r}"
+        )
+    outcome = await interactions.persist_transition(repos, session, item, now)
+    if outcome.outcome == "conflict":
+        raise refuse(index, "conflict", "INTERACTION_CONFLICT", outcome.detail or "conflict")
+    return ItemResult(index, outcome.outcome, outcome.stale)
+
+
+__all__ = [
+    "MAX_REPORT_BYTES",
+    "ReportItem",
+    "apply_ack",
+    "apply_report",
+    "close_link",
+    "link_ready",
+    "open_link",
+    "runtime_lost",
+]

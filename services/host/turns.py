@@ -1,0 +1,147 @@
+"""``StopTurn`` and ``ListSessionTurns`` (HOST-TURN-4, HOST-TURN-5).
+
+``StopTurn`` runs in the Session's mutation lane (HOST-LANE-1): it settles exactly the
+named Turn ``canceled`` (its active child Turns first: a root Turn settles only after its
+children, HOST-TURN-6) and writes a ``stop_turn`` command to the outbox; an already
+settled Turn is returned unchanged.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+
+from domainerrors import FieldViolation, InvalidArgument, NotFound
+from services.host import runtime_commands, turn_lifecycle
+from services.host.activity_store import ActivityRepositories, activity_runner
+from services.host.context import HostContext
+from services.host.submission import restored_input, user_message_id
+from store.models import Message, Turn
+
+DEFAULT_TURN_PAGE = 200
+MAX_TURN_PAGE = 1000
+
+
+@dataclass(frozen=True)
+class StopResult:
+    """The stopped (or already settled) Turn and its user row."""
+
+    turn: Turn
+    already_settled: bool
+    user_message: Message | None
+
+    @property
+    def restored_input(self) -> str | None:
+        """What a composer restores (HOST-TURN-4)."""
+        return restored_input(self.user_message)
+
+
+async def stop_turn(
+    ctx: HostContext, workspace_id: str, session_id: str, turn_id: str
+) -> StopResult:
+    """Settle ``turn_id`` as canceled, or return it unchanged if it already settled.
+
+    Raises:
+        NotFound: ``TURN_NOT_FOUND``.
+    """
+    if not turn_id:
+        raise InvalidArgument.for_field("turn_id", "is required")
+    runner = activity_runner(ctx.database.engine)
+
+    async def run(repos: ActivityRepositories) -> StopResult:
+        session = await repos.sessions.get(workspace_id, session_id, lock=True)
+        turn = await repos.turns.get(workspace_id, session_id, turn_id)
+        if session is None or turn is None:
+            raise NotFound(f"Turn {turn_id!r} not found", reason="TURN_NOT_FOUND")
+        user_message = await _user_row(repos, turn)
+        if turn.phase == "settled":
+            return StopResult(turn, True, user_message)
+        now = ctx.clock()
+        for child in await repos.turns.active_children(workspace_id, turn_id):
+            child_session = await repos.sessions.get(workspace_id, child.session_id, lock=True)
+            if child_session is not None:
+                await turn_lifecycle.settle(repos, child_session, child, "canceled", now)
+                runtime_commands.enqueue(
+                    repos, ctx, child_session, "stop_turn", {"turnId": child.turn_id}
+                )
+        await turn_lifecycle.settle(repos, session, turn, "canceled", now)
+        runtime_commands.enqueue(repos, ctx, session, "stop_turn", {"turnId": turn.turn_id})
+        return StopResult(turn, False, user_message)
+
+    async with ctx.lanes.hold(workspace_id, session_id):
+        return await runner.run(run)
+
+
+async def _user_row(repos: ActivityRepositories, turn: Turn) -> Message | None:
+    if turn.client_submit_id is None:
+        return None
+    return await repos.messages.get(
+        turn.workspace_id, turn.session_id, user_message_id(turn.client_submit_id)
+    )
+
+
+@dataclass(frozen=True)
+class TurnPage:
+    """One page of a Session's Turns in creation order."""
+
+    turns: list[Turn]
+    next_cursor: str
+
+
+def _encode_cursor(workspace_id: str, session_id: str, turn: Turn) -> str:
+    raw = json.dumps([workspace_id, session_id, turn.created_at_unix_ms, turn.turn_id])
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str, workspace_id: str, session_id: str) -> tuple[int, str]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        ws, sid, created, turn_id = json.loads(base64.urlsafe_b64decode(padded))
+        if ws != workspace_id or sid != session_id:
+            raise ValueError("cursor of another Session")
+        return int(created), str(turn_id)
+    except (ValueError, TypeError) as error:
+        raise InvalidArgument(
+            "cursor is not a cursor of this listing",
+            reason="INVALID_CURSOR",
+            field_violations=[FieldViolation("cursor", "is not a cursor of this listing")],
+        ) from error
+
+
+async def list_turns(
+    ctx: HostContext,
+    workspace_id: str,
+    session_id: str,
+    *,
+    cursor: str,
+    limit: int,
+    include_retracted: bool,
+) -> TurnPage:
+    """Page a Session's Turns by a value cursor bound to the Session.
+
+    Raises:
+        InvalidArgument: negative ``limit`` or a foreign cursor (``INVALID_CURSOR``).
+        NotFound: ``SESSION_NOT_FOUND``.
+    """
+    if limit < 0:
+        raise InvalidArgument.for_field("limit", "must not be negative")
+    size = min(limit or DEFAULT_TURN_PAGE, MAX_TURN_PAGE)
+    after = _decode_cursor(cursor, workspace_id, session_id) if cursor else None
+
+    async def run(repos: ActivityRepositories) -> TurnPage:
+        if await repos.sessions.get(workspace_id, session_id) is None:
+            raise NotFound(f"Session {session_id!r} not found", reason="SESSION_NOT_FOUND")
+        rows = await repos.turns.page(
+            workspace_id,
+            session_id,
+            after=after,
+            limit=size + 1,
+            include_retracted=include_retracted,
+        )
+        more = len(rows) > size
+        rows = rows[:size]
+        next_cursor = _encode_cursor(workspace_id, session_id, rows[-1]) if more else ""
+        return TurnPage(rows, next_cursor)
+
+    return await activity_runner(ctx.database.engine).run(run, write=False)

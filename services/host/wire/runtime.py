@@ -1,0 +1,165 @@
+"""``RuntimeLinkService.RuntimeLink``: the bidirectional runtime stream (HOST-RT-1).
+
+The stream is served by three cooperating parts: this generator yields frames to the
+runtime from one merged queue; a reader task applies the runtime's frames strictly in
+the order received (reports, acknowledgements) and queues each ``ReportResult``; a pump
+task moves commands from the link's outbound queue (fed by the outbox dispatcher) onto
+the merged queue. The rules live in :mod:`services.host.runtime_link`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from google.protobuf import json_format
+
+from agentactivity.host.v1 import runtime_pb2
+from domainerrors import Aborted, FailedPrecondition, Unavailable
+from grpcserver.auth import Role, current_principal
+from services.host import runtime_link
+from services.host.context import HostContext
+from services.host.runtime_registry import RuntimeLinkHandle
+from services.host.runtime_reports import ItemResult, ReportVerdict
+from services.host.wire.runtime_codec import (
+    ack_from_proto,
+    command_to_proto,
+    identity_from_hello,
+    report_from_proto,
+    verdict_to_proto,
+)
+
+_log = logging.getLogger(__name__)
+
+
+class _StreamEnd:
+    """The runtime half-closed its side: finish the stream."""
+
+
+Outgoing = runtime_pb2.RuntimeLinkResponse | BaseException | _StreamEnd
+
+
+class RuntimeLinkRpcs:
+    """Serves ``RuntimeLink``."""
+
+    ctx: HostContext
+
+    async def RuntimeLink(
+        self, request_iterator: AsyncIterator[runtime_pb2.RuntimeLinkRequest], context: Any
+    ) -> AsyncIterator[runtime_pb2.RuntimeLinkResponse]:
+        """Accept a runtime's hello, then exchange commands and reports (HOST-RT-1).
+
+        Only ``service`` (and ``admin``) principals may serve targets; reports are
+        limited to the token's workspaces.
+        """
+        principal = current_principal()
+        principal.require_role(Role.SERVICE, Role.ADMIN)
+        first = await anext(aiter(request_iterator), None)
+        if first is None:
+            return
+        if first.WhichOneof("frame") != "hello":
+            raise FailedPrecondition(
+                "the first RuntimeLink frame must be a hello", reason="RUNTIME_HELLO_REQUIRED"
+            )
+        identity = identity_from_hello(first.hello, principal.workspaces)
+        handle, targets = await runtime_link.open_link(
+            self.ctx, identity, first.hello.protocol_revision
+        )
+        out: asyncio.Queue[Outgoing] = asyncio.Queue()
+        reader = asyncio.create_task(self._read(handle, request_iterator, out))
+        pump = asyncio.create_task(_pump(handle, out))
+        try:
+            yield runtime_pb2.RuntimeLinkResponse(
+                welcome=runtime_pb2.RuntimeWelcome(
+                    link_id=handle.link_id,
+                    agent_target_ids=targets,
+                    max_report_bytes=runtime_link.MAX_REPORT_BYTES,
+                    server_time_unix_ms=self.ctx.clock(),
+                )
+            )
+            await runtime_link.link_ready(self.ctx, handle)
+            while True:
+                frame = await out.get()
+                if isinstance(frame, _StreamEnd):
+                    return
+                if isinstance(frame, BaseException):
+                    raise frame
+                yield frame
+        finally:
+            for task in (reader, pump):
+                task.cancel()
+            for task in (reader, pump):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            await runtime_link.close_link(self.ctx, handle)
+
+    async def _read(
+        self,
+        handle: RuntimeLinkHandle,
+        request_iterator: AsyncIterator[runtime_pb2.RuntimeLinkRequest],
+        out: asyncio.Queue[Outgoing],
+    ) -> None:
+        try:
+            async for frame in request_iterator:
+                kind = frame.WhichOneof("frame")
+                if kind == "report":
+                    verdict = await self._report(handle, frame.report)
+                    out.put_nowait(
+                        runtime_pb2.RuntimeLinkResponse(report_result=verdict_to_proto(verdict))
+                    )
+                elif kind == "command_ack":
+                    await runtime_link.apply_ack(
+                        self.ctx, handle, ack_from_proto(frame.command_ack)
+                    )
+                elif kind == "deltas":
+                    # Live deltas feed the activity stream, which this build does not serve
+                    # yet; they are ephemeral by contract, so dropping them loses nothing
+                    # durable (HOST-RT-2).
+                    continue
+                else:
+                    raise FailedPrecondition(
+                        "hello may be sent only once", reason="RUNTIME_HELLO_REPEATED"
+                    )
+            out.put_nowait(_StreamEnd())
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # noqa: BLE001 - handed to the stream, mapped there
+            out.put_nowait(error)
+
+    async def _report(
+        self, handle: RuntimeLinkHandle, report: runtime_pb2.RuntimeReport
+    ) -> ReportVerdict:
+        if report.ByteSize() > runtime_link.MAX_REPORT_BYTES:
+            return ReportVerdict(
+                report.report_id,
+                "rejected",
+                (ItemResult(0, "rejected", message="report exceeds max_report_bytes"),),
+                "REPORT_TOO_LARGE",
+            )
+        return await runtime_link.apply_report(self.ctx, handle.identity, report_from_proto(report))
+
+
+async def _pump(handle: RuntimeLinkHandle, out: asyncio.Queue[Outgoing]) -> None:
+    while True:
+        command = await handle.outbound.get()
+        if command is None:
+            if handle.replaced:
+                out.put_nowait(
+                    Aborted(
+                        "a newer link with the same runtime_id took over",
+                        reason="RUNTIME_LINK_REPLACED",
+                    )
+                )
+            else:
+                out.put_nowait(Unavailable("Host is shutting down; reconnect", reason="DRAINING"))
+            return
+        try:
+            out.put_nowait(runtime_pb2.RuntimeLinkResponse(command=command_to_proto(command)))
+        except (
+            json_format.ParseError,
+            AttributeError,
+        ):  # a bad stored payload must not kill the link
+            _log.exception("cannot encode runtime command %s", command.command_id)

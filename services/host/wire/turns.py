@@ -1,0 +1,102 @@
+"""Turn RPCs: ``SendInput``, ``StopTurn``, ``ListSessionTurns`` (HOST-TURN-1..6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentactivity.canonical.v1 import canonical_pb2
+from agentactivity.host.v1 import host_pb2
+from services.host.activity_records import message_record, session_record, turn_record
+from services.host.context import HostContext
+from services.host.references import validate_references
+from services.host.submission import Submission, send_input
+from services.host.turns import list_turns, stop_turn
+from services.host.wire.messages import message_to_proto
+from services.host.wire.projection import session_to_proto, turn_to_proto
+from services.host.wire.references_codec import references_from_proto
+
+DELIVERIES = {
+    canonical_pb2.DELIVERY_MODE_NEW_TURN: "new_turn",
+    canonical_pb2.DELIVERY_MODE_GUIDANCE: "guidance",
+    canonical_pb2.DELIVERY_MODE_INTERRUPT: "interrupt",
+}
+MODES = {
+    canonical_pb2.COMPOSER_MODE_UNSPECIFIED: "agent",
+    canonical_pb2.COMPOSER_MODE_AGENT: "agent",
+    canonical_pb2.COMPOSER_MODE_PLAN: "plan",
+    canonical_pb2.COMPOSER_MODE_GOAL: "goal",
+}
+
+
+class TurnRpcs:
+    """Serves the Turn RPCs."""
+
+    ctx: HostContext
+
+    async def SendInput(
+        self, request: host_pb2.SendInputRequest, context: Any
+    ) -> host_pb2.SendInputResponse:
+        """Submit input with the durable submit barrier (HOST-TURN-1..3, HOST-REF-1)."""
+        references = validate_references(references_from_proto(request.references))
+        result = await send_input(
+            self.ctx,
+            Submission(
+                workspace_id=request.workspace_id,
+                session_id=request.session_id,
+                client_submit_id=request.client_submit_id,
+                delivery=DELIVERIES.get(request.delivery, ""),
+                target_turn_id=(
+                    request.target_turn_id if request.HasField("target_turn_id") else None
+                ),
+                mode=MODES.get(request.mode, "agent"),
+                content=request.content,
+                references=references,
+            ),
+        )
+        response = host_pb2.SendInputResponse(
+            turn=turn_to_proto(turn_record(result.turn)),
+            user_message=message_to_proto(message_record(result.user_message)),
+            session=session_to_proto(session_record(result.session)),
+            replayed=result.replayed,
+        )
+        if result.interrupted_turn_id is not None:
+            response.interrupted_turn_id = result.interrupted_turn_id
+        return response
+
+    async def StopTurn(
+        self, request: host_pb2.StopTurnRequest, context: Any
+    ) -> host_pb2.StopTurnResponse:
+        """Settle exactly ``turn_id`` as canceled; a settled Turn is unchanged (HOST-TURN-4)."""
+        result = await stop_turn(
+            self.ctx, request.workspace_id, request.session_id, request.turn_id
+        )
+        response = host_pb2.StopTurnResponse(
+            turn=turn_to_proto(turn_record(result.turn)),
+            already_settled=result.already_settled,
+        )
+        restored = result.restored_input
+        if restored is not None:
+            response.restored_input = restored
+        if result.user_message is not None:
+            response.user_message.CopyFrom(message_to_proto(message_record(result.user_message)))
+        return response
+
+    async def ListSessionTurns(
+        self, request: host_pb2.ListSessionTurnsRequest, context: Any
+    ) -> host_pb2.ListSessionTurnsResponse:
+        """Page a Session's Turns in creation order (HOST-TURN-5)."""
+        page = await list_turns(
+            self.ctx,
+            request.workspace_id,
+            request.session_id,
+            cursor=request.cursor,
+            limit=request.limit,
+            include_retracted=request.include_retracted,
+        )
+        return host_pb2.ListSessionTurnsResponse(
+            turns=[turn_to_proto(turn_record(row)) for row in page.turns],
+            retracted_turn_ids=[
+                row.turn_id for row in page.turns if row.retracted_at_unix_ms is not None
+            ],
+            next_cursor=page.next_cursor,
+        )

@@ -1,0 +1,91 @@
+"""Shared helpers of the Host activity integration tests (Turns, runtime link, interactions)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+from sqlalchemy import func, select
+
+from agentactivity.canonical.v1 import canonical_pb2
+from agentactivity.host.v1 import host_pb2, host_pb2_grpc
+from store.engine import create_sync_engine_for
+from store.models import Message, Turn
+from tests.support.host_seed import seed_session, seed_target
+from tests.support.runtime_client import ScriptedRuntime
+from tests.support.servers import LiveServer, auth_metadata
+
+WS = "ws-1"
+DEVICE = auth_metadata("ws1-device")
+
+
+@dataclass
+class HostUnderTest:
+    """A live host with a seeded target and Session ``s1``."""
+
+    server: LiveServer
+    url: str
+
+    @property
+    def stub(self) -> host_pb2_grpc.HostServiceStub:
+        return host_pb2_grpc.HostServiceStub(self.server.channel)
+
+    def runtime(self, **kwargs: Any) -> ScriptedRuntime:
+        return ScriptedRuntime(self.server.channel, **kwargs)
+
+    def send(
+        self,
+        content: str,
+        submit_id: str,
+        *,
+        session_id: str = "s1",
+        delivery: int = canonical_pb2.DELIVERY_MODE_NEW_TURN,
+        target_turn_id: str | None = None,
+        mode: int = canonical_pb2.COMPOSER_MODE_AGENT,
+    ) -> host_pb2.SendInputResponse:
+        request = host_pb2.SendInputRequest(
+            workspace_id=WS,
+            session_id=session_id,
+            client_submit_id=submit_id,
+            delivery=delivery,  # type: ignore[arg-type]
+            mode=mode,  # type: ignore[arg-type]
+            content=content,
+        )
+        if target_turn_id is not None:
+            request.target_turn_id = target_turn_id
+        response: host_pb2.SendInputResponse = self.stub.SendInput(request, metadata=DEVICE)
+        return response
+
+    def counts(self) -> tuple[int, int]:
+        """(Turns, Messages) in the store."""
+        engine = create_sync_engine_for(self.url)
+        try:
+            with engine.connect() as connection:
+                turns = connection.execute(select(func.count()).select_from(Turn)).scalar_one()
+                messages = connection.execute(
+                    select(func.count()).select_from(Message)
+                ).scalar_one()
+        finally:
+            engine.dispose()
+        return int(turns), int(messages)
+
+
+def start_host(live_server: Callable[..., LiveServer], url: str, **overrides: Any) -> HostUnderTest:
+    seed_target(url)
+    seed_session(url, "s1")
+    return HostUnderTest(live_server("host", database_url=url, **overrides), url)
+
+
+def error_reason(error: grpc.RpcError) -> str:
+    """The ErrorInfo reason of a failed call."""
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    assert status is not None
+    for detail in status.details:
+        info = error_details_pb2.ErrorInfo()
+        if detail.Unpack(info):
+            return str(info.reason)
+    return ""

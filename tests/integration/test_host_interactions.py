@@ -1,0 +1,235 @@
+"""Interaction response operations, attention items, message paging (HOST-INT-3/4, MSG-2)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import grpc
+import pytest
+
+from agentactivity.canonical.v1 import canonical_pb2
+from agentactivity.host.v1 import host_pb2, runtime_pb2
+from tests.integration.host_activity import DEVICE, WS, HostUnderTest, error_reason, start_host
+from tests.support.runtime_client import ScriptedRuntime, interaction, text_message, turn_patch
+from tests.support.servers import LiveServer
+
+
+def _respond(host: HostUnderTest, turn_id: str, key: str, action: str = "allow", **kw: object):  # type: ignore[no-untyped-def]
+    return host.stub.SubmitInteractionResponse(
+        host_pb2.SubmitInteractionResponseRequest(
+            workspace_id=WS,
+            session_id="s1",
+            turn_id=turn_id,
+            request_id="q1",
+            action=action,
+            idempotency_key=key,
+            **kw,  # type: ignore[arg-type]
+        ),
+        metadata=DEVICE,
+    )
+
+
+def _pending(host: HostUnderTest) -> tuple[ScriptedRuntime, str]:
+    runtime = host.runtime()
+    turn = host.send("hello", "c1").turn
+    runtime.ack(runtime.next_command().command_id)
+    runtime.report(
+        WS,
+        "s1",
+        "r1",
+        turn_patch(turn.turn_id, canonical_pb2.TURN_PHASE_AWAITING_INTERACTION),
+        interaction(turn.turn_id, "q1"),
+    )
+    return runtime, turn.turn_id
+
+
+def _disposition(op_id: str, command_id: str, turn_id: str, status: int) -> runtime_pb2.ReportItem:
+    return runtime_pb2.ReportItem(
+        interaction_disposition=runtime_pb2.InteractionResponseDisposition(
+            operation_id=op_id,
+            command_id=command_id,
+            turn_id=turn_id,
+            request_id="q1",
+            disposition=status,  # type: ignore[arg-type]
+        )
+    )
+
+
+@pytest.mark.spec("HOST-INT-3", "HOST-INT-4", "HOST-INT-1")
+def test_a_response_is_a_durable_operation_completed_by_the_runtime(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    host = start_host(live_server, migrated_db_url)
+    runtime, turn_id = _pending(host)
+    items = host.stub.ListAttentionItems(
+        host_pb2.ListAttentionItemsRequest(workspace_id=WS), metadata=DEVICE
+    ).items
+    assert len(items) == 1
+    item = items[0]
+    assert (item.session_id, item.turn_id, item.request_id) == ("s1", turn_id, "q1")
+    assert item.interaction_kind == canonical_pb2.INTERACTION_KIND_PERMISSION
+    assert (item.root_session_id, item.provider, item.title) == ("s1", "demo", "title of s1")
+    assert item.summary == "The agent wants to run ls"
+
+    first = _respond(host, turn_id, "k1", payload_json='{"remember": true}')
+    operation = first.operation
+    assert not first.replayed
+    assert operation.status in (
+        host_pb2.INTERACTION_RESPONSE_OPERATION_STATUS_PENDING,
+        host_pb2.INTERACTION_RESPONSE_OPERATION_STATUS_RESOLVING,
+    )
+    assert operation.interaction.status == canonical_pb2.INTERACTION_STATUS_RESOLVING
+    assert operation.interaction.answer.action == "allow"
+    command = runtime.next_command()
+    assert command.deliver_interaction_response.payload_json == '{"remember": true}'
+    runtime.ack(command.command_id)
+    # A claimed Interaction is no longer an attention item.
+    assert not host.stub.ListAttentionItems(
+        host_pb2.ListAttentionItemsRequest(workspace_id=WS), metadata=DEVICE
+    ).items
+
+    replay = _respond(host, turn_id, "k1", payload_json='{"remember": true}')
+    assert replay.replayed
+    assert replay.operation.operation_id == operation.operation_id
+    assert runtime.commands.empty()  # a replay never re-sends
+    with pytest.raises(grpc.RpcError) as changed:
+        _respond(host, turn_id, "k1", action="deny")
+    assert changed.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert error_reason(changed.value) == "IDEMPOTENCY_KEY_CONFLICT"
+    with pytest.raises(grpc.RpcError) as other_key:
+        _respond(host, turn_id, "k2")
+    assert error_reason(other_key.value) == "INTERACTION_NOT_ACTIONABLE"
+
+    # The runtime's "pending" releases the claim: the operation is re-dispatched.
+    runtime.report(
+        WS,
+        "s1",
+        "r2",
+        _disposition(
+            operation.operation_id,
+            command.command_id,
+            turn_id,
+            canonical_pb2.INTERACTION_STATUS_PENDING,
+        ),
+    )
+    view = host.stub.GetInteractionResponseOperation(
+        host_pb2.GetInteractionResponseOperationRequest(
+            workspace_id=WS, operation_id=operation.operation_id
+        ),
+        metadata=DEVICE,
+    ).operation
+    assert view.status == host_pb2.INTERACTION_RESPONSE_OPERATION_STATUS_PENDING
+    assert view.interaction.status == canonical_pb2.INTERACTION_STATUS_RESOLVING
+
+    # The runtime's disposition may differ from the provisional claim.
+    runtime.report(
+        WS,
+        "s1",
+        "r3",
+        _disposition(
+            operation.operation_id,
+            command.command_id,
+            turn_id,
+            canonical_pb2.INTERACTION_STATUS_SUPERSEDED,
+        ),
+    )
+    done = _respond(host, turn_id, "k1", payload_json='{"remember": true}', wait_timeout_ms=2000)
+    assert done.operation.status == host_pb2.INTERACTION_RESPONSE_OPERATION_STATUS_COMPLETED
+    assert done.operation.disposition == canonical_pb2.INTERACTION_STATUS_SUPERSEDED
+    assert done.operation.interaction.status == canonical_pb2.INTERACTION_STATUS_SUPERSEDED
+    runtime.close()
+
+
+@pytest.mark.spec("HOST-INT-3")
+def test_a_response_waits_for_the_runtime_disposition(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    import threading
+
+    host = start_host(live_server, migrated_db_url)
+    runtime, turn_id = _pending(host)
+
+    def answer() -> None:
+        command = runtime.next_command()
+        runtime.ack(command.command_id)
+        op_id = command.deliver_interaction_response.operation_id
+        runtime.report(
+            WS,
+            "s1",
+            "r9",
+            _disposition(
+                op_id, command.command_id, turn_id, canonical_pb2.INTERACTION_STATUS_ANSWERED
+            ),
+        )
+
+    worker = threading.Thread(target=answer)
+    worker.start()
+    done = _respond(host, turn_id, "k1", wait_timeout_ms=5000)
+    worker.join()
+    assert done.operation.status == host_pb2.INTERACTION_RESPONSE_OPERATION_STATUS_COMPLETED
+    assert done.operation.disposition == canonical_pb2.INTERACTION_STATUS_ANSWERED
+    assert done.operation.dispatch_attempts == 1
+    runtime.close()
+
+
+@pytest.mark.spec("HOST-INT-3")
+def test_unknown_interactions_and_operations_are_not_found(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    host = start_host(live_server, migrated_db_url)
+    with pytest.raises(grpc.RpcError) as missing:
+        _respond(host, "t-x", "k1")
+    assert error_reason(missing.value) == "INTERACTION_NOT_FOUND"
+    with pytest.raises(grpc.RpcError) as op:
+        host.stub.GetInteractionResponseOperation(
+            host_pb2.GetInteractionResponseOperationRequest(workspace_id=WS, operation_id="op"),
+            metadata=DEVICE,
+        )
+    assert error_reason(op.value) == "OPERATION_NOT_FOUND"
+
+
+@pytest.mark.spec("HOST-MSG-1", "HOST-MSG-2", "CON-4")
+def test_messages_page_both_ways_by_version(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    host = start_host(live_server, migrated_db_url)
+    runtime = host.runtime()
+    turn = host.send("hello", "c1").turn
+    runtime.report(
+        WS,
+        "s1",
+        "r1",
+        turn_patch(turn.turn_id, canonical_pb2.TURN_PHASE_RUNNING),
+        *[text_message(f"m{i}", turn.turn_id, f"part {i}") for i in range(5)],
+    )
+    # Rewriting m0 gives it the newest version; its sequence never changes.
+    runtime.report(WS, "s1", "r2", text_message("m0", turn.turn_id, "rewritten"))
+
+    def page(**kwargs: object) -> host_pb2.ListSessionMessagesResponse:
+        response: host_pb2.ListSessionMessagesResponse = host.stub.ListSessionMessages(
+            host_pb2.ListSessionMessagesRequest(workspace_id=WS, session_id="s1", **kwargs),  # type: ignore[arg-type]
+            metadata=DEVICE,
+        )
+        return response
+
+    everything = page()
+    assert everything.latest_version == 7
+    assert [m.version for m in everything.messages] == [1, 3, 4, 5, 6, 7]
+    m0 = next(m for m in everything.messages if m.message_id == "m0")
+    assert (m0.sequence, m0.version) == (2, 7)
+    first = page(limit=2)
+    assert [m.version for m in first.messages] == [1, 3]
+    assert first.has_more
+    second = page(limit=2, after_version=3)
+    assert [m.version for m in second.messages] == [4, 5]
+    newest = page(limit=2, order=host_pb2.MESSAGE_ORDER_DESC)
+    assert [m.version for m in newest.messages] == [7, 6]
+    assert newest.has_more
+    older = page(limit=10, order=host_pb2.MESSAGE_ORDER_DESC, before_version=6)
+    assert [m.version for m in older.messages] == [5, 4, 3, 1]
+    assert not older.has_more
+    for bad in ({"after_version": 2**53}, {"limit": -1}, {"before_version": -1}):
+        with pytest.raises(grpc.RpcError) as caught:
+            page(**bad)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    runtime.close()

@@ -1,0 +1,288 @@
+"""The runtime link driven by a scripted runtime over real gRPC (HOST-RT-1/3/4, HOST-INT-2)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import grpc
+import pytest
+
+from agentactivity.canonical.v1 import canonical_pb2
+from agentactivity.host.v1 import host_pb2, runtime_pb2
+from tests.integration.host_activity import DEVICE, WS, error_reason, start_host
+from tests.support.runtime_client import interaction, text_message, turn_patch
+from tests.support.servers import LiveServer
+
+RUNNING = canonical_pb2.TURN_PHASE_RUNNING
+SETTLED = canonical_pb2.TURN_PHASE_SETTLED
+APPLIED = runtime_pb2.REPORT_OUTCOME_APPLIED
+
+
+def _messages(host, **kwargs) -> host_pb2.ListSessionMessagesResponse:  # type: ignore[no-untyped-def]
+    response: host_pb2.ListSessionMessagesResponse = host.stub.ListSessionMessages(
+        host_pb2.ListSessionMessagesRequest(workspace_id=WS, session_id="s1", **kwargs),
+        metadata=DEVICE,
+    )
+    return response
+
+
+def _turn(host, turn_id: str) -> canonical_pb2.Turn:  # type: ignore[no-untyped-def]
+    turns = host.stub.ListSessionTurns(
+        host_pb2.ListSessionTurnsRequest(workspace_id=WS, session_id="s1"), metadata=DEVICE
+    ).turns
+    found: canonical_pb2.Turn = next(t for t in turns if t.turn_id == turn_id)
+    return found
+
+
+@pytest.mark.spec("HOST-RT-1")
+def test_hello_is_required_and_welcome_names_the_served_targets(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    host = start_host(live_server, migrated_db_url)
+    runtime = host.runtime()
+    assert runtime.welcome is not None
+    assert list(runtime.welcome.agent_target_ids) == ["demo-target"]
+    runtime.close()
+    bare = host.runtime(hello=False)
+    bare.send(runtime_pb2.RuntimeLinkRequest(command_ack=runtime_pb2.CommandAck(command_id="x")))
+    failure = bare.next_frame()
+    assert isinstance(failure, grpc.RpcError)
+    assert failure.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert error_reason(failure) == "RUNTIME_HELLO_REQUIRED"
+
+
+@pytest.mark.spec("HOST-RT-1", "SEC-1")
+def test_a_device_token_cannot_serve_targets(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    host = start_host(live_server, migrated_db_url)
+    runtime = host.runtime(principal="ws1-device", hello=False)
+    runtime.send(runtime_pb2.RuntimeLinkRequest(hello=runtime_pb2.RuntimeHello(runtime_id="r")))
+    failure = runtime.next_frame()
+    assert isinstance(failure, grpc.RpcError)
+    assert failure.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+@pytest.mark.spec("HOST-RT-3", "HOST-TURN-6", "HOST-MSG-1")
+def test_messages_in_a_terminal_batch_commit_before_the_settlement(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    host = start_host(live_server, migrated_db_url)
+    runtime = host.runtime()
+    turn = host.send("hello", "c1").turn
+    runtime.ack(runtime.next_command().command_id)
+    # Provider order: the terminal patch precedes the final text in this batch; the
+    # barrier still writes the Turn's messages first, so the result is that text.
+    result = runtime.report(
+        WS,
+        "s1",
+        "r1",
+        turn_patch(turn.turn_id, RUNNING),
+        text_message("m1", turn.turn_id, "working"),
+        turn_patch(turn.turn_id, SETTLED, outcome=canonical_pb2.TURN_OUTCOME_COMPLETED),
+        text_message("m2", turn.turn_id, "done"),
+        turn_patch(turn.turn_id, RUNNING),
+    )
+    assert result.outcome == APPLIED
+    assert result.item_results[4].stale  # a later non-terminal patch never reopens the Turn
+    settled = _turn(host, turn.turn_id)
+    assert settled.phase == SETTLED
+    assert settled.outcome == canonical_pb2.TURN_OUTCOME_COMPLETED
+    assert settled.result_message_id == "m2"
+    page = _messages(host)
+    assert [m.message_id for m in page.messages] == ["client-submit:user:c1", "m1", "m2"]
+    assert page.messages[2].user_visible_assistant_response is True
+    # A later message never becomes the frozen result.
+    late = runtime.report(WS, "s1", "r2", text_message("m3", turn.turn_id, "late"))
+    assert late.outcome == APPLIED
+    assert _turn(host, turn.turn_id).result_message_id == "m2"
+    # An exact replay of a report changes nothing.
+    replay = runtime.report(WS, "s1", "r2", text_message("m3", turn.turn_id, "late"))
+    assert replay.outcome == runtime_pb2.REPORT_OUTCOME_ALREADY_APPLIED
+    runtime.close()
+
+
+@pytest.mark.spec("HOST-INT-2", "HOST-RT-3")
+def test_a_conflicting_interaction_commits_nothing_from_the_report(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    host = start_host(live_server, migrated_db_url)
+    runtime = host.runtime()
+    turn = host.send("hello", "c1").turn
+    first = runtime.report(
+        WS, "s1", "r1", turn_patch(turn.turn_id, RUNNING), interaction(turn.turn_id, "q1")
+    )
+    assert first.outcome == APPLIED
+    before = _messages(host).latest_version
+    conflict = runtime.report(
+        WS,
+        "s1",
+        "r2",
+        text_message("m1", turn.turn_id, "thinking"),
+        interaction(turn.turn_id, "q1", input_json='{"command": "rm -rf /"}'),
+    )
+    assert conflict.outcome == runtime_pb2.REPORT_OUTCOME_CONFLICT
+    assert conflict.reason == "INTERACTION_CONFLICT"
+    assert conflict.item_results[0].index == 1
+    assert _messages(host).latest_version == before
+    assert "m1" not in [m.message_id for m in _messages(host).messages]
+    replay = runtime.report(WS, "s1", "r3", interaction(turn.turn_id, "q1"))
+    assert replay.outcome == runtime_pb2.REPORT_OUTCOME_ALREADY_APPLIED
+    answered = runtime.report(
+        WS,
+        "s1",
+        "r4",
+        interaction(turn.turn_id, "q1", canonical_pb2.INTERACTION_STATUS_ANSWERED),
+    )
+    assert answered.outcome == runtime_pb2.REPORT_OUTCOME_REJECTED
+    runtime.close()
+
+
+@pytest.mark.spec("HOST-RT-4", "HOST-INT-3")
+def test_tool_calls_never_touch_interactions_and_an_ack_commits_before_settlement(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    host = start_host(live_server, migrated_db_url)
+    runtime = host.runtime()
+    turn = host.send("hello", "c1").turn
+    runtime.next_command()
+    runtime.report(
+        WS, "s1", "r1", turn_patch(turn.turn_id, RUNNING), interaction(turn.turn_id, "q1")
+    )
+    submitted = host.stub.SubmitInteractionResponse(
+        host_pb2.SubmitInteractionResponseRequest(
+            workspace_id=WS,
+            session_id="s1",
+            turn_id=turn.turn_id,
+            request_id="q1",
+            action="allow",
+            idempotency_key="k1",
+        ),
+        metadata=DEVICE,
+    ).operation
+    deliver = runtime.next_command()
+    assert deliver.deliver_interaction_response.operation_id == submitted.operation_id
+    tool_call = runtime_pb2.ReportItem(
+        message_snapshot=runtime_pb2.MessageSnapshot(
+            message_id="tool-1",
+            turn_id=turn.turn_id,
+            role=canonical_pb2.MESSAGE_ROLE_ASSISTANT,
+            kind=canonical_pb2.MESSAGE_KIND_TOOL_CALL,
+            tool_call=runtime_pb2.ToolCallSnapshot(
+                call_id="q1",
+                tool_name="Bash",
+                tool_kind="command",
+                phase=runtime_pb2.TOOL_CALL_PHASE_COMPLETED,
+                input_json='{"command": "ls"}',
+                stdout="a\nb\n",
+                exit_code=0,
+            ),
+        )
+    )
+    disposition = runtime_pb2.ReportItem(
+        interaction_disposition=runtime_pb2.InteractionResponseDisposition(
+            operation_id=submitted.operation_id,
+            command_id=deliver.command_id,
+            turn_id=turn.turn_id,
+            request_id="q1",
+            disposition=canonical_pb2.INTERACTION_STATUS_ANSWERED,
+        )
+    )
+    result = runtime.report(
+        WS,
+        "s1",
+        "r2",
+        disposition,
+        tool_call,
+        turn_patch(turn.turn_id, SETTLED, outcome=canonical_pb2.TURN_OUTCOME_COMPLETED),
+    )
+    assert result.outcome == APPLIED
+    operation = host.stub.GetInteractionResponseOperation(
+        host_pb2.GetInteractionResponseOperationRequest(
+            workspace_id=WS, operation_id=submitted.operation_id
+        ),
+        metadata=DEVICE,
+    ).operation
+    assert operation.status == host_pb2.INTERACTION_RESPONSE_OPERATION_STATUS_COMPLETED
+    # The acknowledgement committed before the settlement, so the settlement did not
+    # supersede the Interaction.
+    assert operation.disposition == canonical_pb2.INTERACTION_STATUS_ANSWERED
+    assert operation.interaction.status == canonical_pb2.INTERACTION_STATUS_ANSWERED
+    runtime.close()
+
+
+@pytest.mark.spec("HOST-RT-1", "HOST-INT-3", "HOST-TURN-5")
+def test_a_lost_runtime_interrupts_its_turns_after_the_grace(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    host = start_host(live_server, migrated_db_url, runtime_loss_grace_seconds=0.5)
+    runtime = host.runtime()
+    turn = host.send("hello", "c1").turn
+    runtime.report(
+        WS, "s1", "r1", turn_patch(turn.turn_id, RUNNING), interaction(turn.turn_id, "q1")
+    )
+    runtime.cancel()
+    time.sleep(0.1)
+    assert _turn(host, turn.turn_id).phase == RUNNING  # still within the grace
+    deadline = time.monotonic() + 10
+    while _turn(host, turn.turn_id).phase != SETTLED and time.monotonic() < deadline:
+        time.sleep(0.1)
+    settled = _turn(host, turn.turn_id)
+    assert settled.outcome == canonical_pb2.TURN_OUTCOME_INTERRUPTED
+    items = host.stub.ListAttentionItems(
+        host_pb2.ListAttentionItemsRequest(workspace_id=WS), metadata=DEVICE
+    ).items
+    assert list(items) == []
+    with pytest.raises(grpc.RpcError) as caught:
+        host.stub.SubmitInteractionResponse(
+            host_pb2.SubmitInteractionResponseRequest(
+                workspace_id=WS,
+                session_id="s1",
+                turn_id=turn.turn_id,
+                request_id="q1",
+                action="allow",
+                idempotency_key="k1",
+            ),
+            metadata=DEVICE,
+        )
+    assert error_reason(caught.value) == "INTERACTION_NOT_ACTIONABLE"
+
+
+@pytest.mark.spec("HOST-RT-1")
+def test_a_runtime_that_returns_within_the_grace_keeps_its_turns(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    host = start_host(live_server, migrated_db_url, runtime_loss_grace_seconds=0.5)
+    runtime = host.runtime()
+    turn = host.send("hello", "c1").turn
+    runtime.cancel()
+    again = host.runtime()  # same runtime and instance id
+    # The unacknowledged start command is re-sent to the new link.
+    assert again.next_command().start_turn.turn_id == turn.turn_id
+    time.sleep(0.8)
+    assert _turn(host, turn.turn_id).phase != SETTLED
+    again.close()
+
+
+@pytest.mark.spec("HOST-INT-2", "HOST-INT-4")
+def test_a_settled_turn_cannot_acquire_a_pending_interaction(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    host = start_host(live_server, migrated_db_url)
+    runtime = host.runtime()
+    turn = host.send("hello", "c1").turn
+    runtime.report(
+        WS,
+        "s1",
+        "r1",
+        turn_patch(turn.turn_id, SETTLED, outcome=canonical_pb2.TURN_OUTCOME_COMPLETED),
+    )
+    late = runtime.report(WS, "s1", "r2", interaction(turn.turn_id, "q1"))
+    assert late.outcome == APPLIED
+    assert late.item_results[0].stale
+    items = host.stub.ListAttentionItems(
+        host_pb2.ListAttentionItemsRequest(workspace_id=WS), metadata=DEVICE
+    ).items
+    assert list(items) == []
+    runtime.close()
