@@ -310,6 +310,9 @@ class Turn(Base):
     failure_message: Mapped[str | None] = mapped_column(Text)
     retracted_at_unix_ms: Mapped[int | None]
     """Set when edit-retry removes the Turn from effective history (HOST-FORK-1)."""
+    deferred_settlement_json: Mapped[str | None] = mapped_column(Text)
+    """A root Turn's reported settlement (outcome, failure message, frozen result candidate)
+    waiting for its active child Turns (HOST-TURN-6); cleared when the Turn settles."""
 
     __table_args__ = (
         ForeignKeyConstraint(
