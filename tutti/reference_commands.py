@@ -163,7 +163,7 @@ def reference_list(
             _fail(_describe(error))
     if json_output:
         document = {"items": [_item_json(item) for item in response.items]}
-        typer.echo(json.dumps(document, ensure_ascii=False))
+        typer.echo(json.dumps(document, ensure_ascii=False, separators=(",", ":")))
         return
     for item in response.items:
         typer.echo(f"{item.path}\t{item.size_bytes}\t{item.media_type}")

@@ -71,6 +71,7 @@ def test_load_the_example_then_list_references_as_json(
     assert listed.returncode == 0, listed.stderr
     document = json.loads(listed.stdout)
     assert list(document) == ["items"]
+    assert listed.stdout.startswith('{"items":[{"path":'), "exactly the REF-CLI-1 shape"
     assert [item["path"] for item in document["items"]] == [
         "/apps/reports/README.md",
         "/apps/reports/q1/revenue.csv",
