@@ -824,6 +824,15 @@ Index(
     sqlite_where=_TOMBSTONE,
     postgresql_where=_TOMBSTONE,
 )
+# HOST-DEL-7: the deleted-session listing, ``updated_at DESC, session_id ASC`` (0004).
+Index(
+    "ix_sessions_tombstone_listing",
+    Session.workspace_id,
+    Session.updated_at_unix_ms.desc(),
+    Session.session_id,
+    sqlite_where=_TOMBSTONE,
+    postgresql_where=_TOMBSTONE,
+)
 Index(
     "ix_sessions_tombstones_by_age",
     Session.deleted_at_unix_ms,

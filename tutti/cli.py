@@ -14,16 +14,19 @@ import typer
 from grpcserver.settings import ServerSettings
 from tutti.local_auth import ensure_local_credentials
 from tutti.reference_commands import refdata_app, reference_app
-from tutti.suite import SUITE, Suite, child_environment
+from tutti.session_commands import ensure_local_workspace, session_app
+from tutti.suite import COMPANIONS, SUITE, Suite, child_environment
 
 app = typer.Typer(no_args_is_help=True, help="Operate the Agent Activity Services suite.")
 app.add_typer(reference_app, name="reference")
 app.add_typer(refdata_app, name="refdata")
+app.add_typer(session_app, name="session")
 
 
 def _service_module(name: str) -> ModuleType:
-    if name not in SUITE:
-        raise typer.BadParameter(f"unknown service {name!r}; choose one of {', '.join(SUITE)}")
+    if name not in SUITE and name not in COMPANIONS:
+        choices = ", ".join((*SUITE, *COMPANIONS))
+        raise typer.BadParameter(f"unknown service {name!r}; choose one of {choices}")
     return importlib.import_module(f"services.{name}.app")
 
 
@@ -88,6 +91,7 @@ def up(
     directory.mkdir(parents=True, exist_ok=True)
     settings = ServerSettings(data_dir=directory)
     credentials = ensure_local_credentials(directory)
+    ensure_local_workspace(directory)  # the CLI's default workspace (`tutti session ...`)
     url = settings.resolved_database_url()
     typer.echo(f"data directory: {directory}")
     migrate(url)
@@ -185,6 +189,32 @@ def conformance_run(
             typer.echo(f"  {failure}")
         failed += len(report.failures)
     raise typer.Exit(1 if failed else 0)
+
+
+admin_app = typer.Typer(no_args_is_help=True, help="Store administration and data migration.")
+app.add_typer(admin_app, name="admin")
+
+
+@admin_app.command("mark-legacy-tombstones")
+def mark_legacy_tombstones(
+    workspace: Annotated[str, typer.Option(help="Workspace of the Sessions.")],
+    session: Annotated[list[str], typer.Option(help="A Session id to mark (repeatable).")],
+    deleted_at_unix_ms: Annotated[int, typer.Option(help="Deletion time to record.")],
+    database_url: Annotated[
+        str | None, typer.Option(help="SQLAlchemy URL; default: TUTTI_DATABASE_URL or SQLite.")
+    ] = None,
+) -> None:
+    """Import lossy tombstones of the older delete: restorable never, purgeable manually."""
+    from store.engine import create_sync_engine_for
+    from store.legacy_tombstones import mark_legacy_tombstones as mark
+
+    url = database_url or ServerSettings().resolved_database_url()
+    engine = create_sync_engine_for(url)
+    try:
+        marked = mark(engine, workspace, session, deleted_at_unix_ms)
+    finally:
+        engine.dispose()
+    typer.echo(f"marked {marked} legacy tombstone(s) in {workspace}")
 
 
 def main() -> None:

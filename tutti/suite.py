@@ -26,6 +26,11 @@ from grpcserver.settings import DEFAULT_PORTS
 SUITE = ("host", "refresolve", "livestream", "maintenance", "appcenter", "issuemanager")
 """Every server ``tutti up`` starts, in start order."""
 
+COMPANIONS = ("demoruntime",)
+"""Local-only processes ``tutti up`` starts after the suite, on a free port (health only):
+the demo runtime connects to Host and registers the demo agent target (ARCH-3). They are
+not deployable services (no manifest, no contract of their own)."""
+
 
 @dataclass
 class Child:
@@ -83,7 +88,7 @@ class Suite:
         self.children: list[Child] = []
 
     def _port_for(self, name: str) -> int:
-        if self.base_port == 0:
+        if self.base_port == 0 or name not in DEFAULT_PORTS:
             return 0
         return self.base_port + (DEFAULT_PORTS[name] - DEFAULT_PORTS["host"])
 
@@ -92,9 +97,11 @@ class Suite:
         run_dir = self.data_dir / "run"
         run_dir.mkdir(parents=True, exist_ok=True)
         addresses = {name: f"127.0.0.1:{self._port_for(name)}" for name in SUITE}
+        addresses.update(dict.fromkeys(COMPANIONS, "127.0.0.1:0"))
         deadline = time.monotonic() + timeout
-        # Backends first, so callers find them; each child learns the others' ports.
-        for name in SUITE:
+        # Backends first, so callers find them; each child learns the others' ports. Host
+        # reports its port only once SERVING, so the companions find it ready.
+        for name in (*SUITE, *COMPANIONS):
             port_file = run_dir / f"{name}.port"
             port_file.unlink(missing_ok=True)
             env = dict(self.env)

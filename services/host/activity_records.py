@@ -1,8 +1,9 @@
-"""Row -> record mapping for the activity lifecycle (Turns, Messages, Interactions).
+"""Row -> record mapping of the canonical entities (Sessions, Turns, Messages, Interactions).
 
 The wire projections (``services.host.wire.projection``) take the plain records of
-``services.host.records``; this module builds them from the ORM rows the activity
-repositories return, and adds :class:`MessageRecord`, the read model of a transcript row.
+``services.host.records``; this module is the one place that builds them from ORM rows,
+for the activity repositories and for ``repository.sessions`` alike, and adds
+:class:`MessageRecord`, the read model of a transcript row.
 """
 
 from __future__ import annotations
@@ -96,7 +97,11 @@ def _options(text: str | None) -> tuple[InteractionOptionRecord, ...]:
     if not isinstance(value, list):
         return ()
     return tuple(
-        InteractionOptionRecord(str(item.get("option_id", "")), str(item.get("label", "")))
+        InteractionOptionRecord(
+            # Stored by Host as option_id; rows written from proto3 JSON use optionId.
+            str(item.get("option_id", item.get("optionId", ""))),
+            str(item.get("label", "")),
+        )
         for item in value
         if isinstance(item, dict)
     )
@@ -117,7 +122,7 @@ def interaction_record(row: Interaction) -> InteractionRecord:
         title=row.title or "",
         summary=row.summary or "",
         options=_options(row.options_json),
-        answer=json_object(row.answer_json) if row.answer_json else None,
+        answer=json_object(row.answer_json) or None,
         version=row.version,
         created_at_unix_ms=row.created_at_unix_ms,
         updated_at_unix_ms=row.updated_at_unix_ms,
@@ -155,6 +160,6 @@ def session_record(row: Session) -> SessionRecord:
         updated_at_unix_ms=row.updated_at_unix_ms,
         active_turn_id=row.active_turn_id,
         tombstone=tombstone,
-        isolation=json_object(row.isolation_json) if row.isolation_json else None,
-        import_info=json_object(row.import_json) if row.import_json else None,
+        isolation=json_object(row.isolation_json) or None,
+        import_info=json_object(row.import_json) or None,
     )

@@ -6,11 +6,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import func, select
 
+from services.host.activity_store.turns import ACTIVE_PHASES
 from store.database import Database
 from store.models import Turn
-
-ACTIVE_PHASES = ("queued", "running", "awaiting_interaction")
-"""Turn phases that count as active work (everything before ``settled``)."""
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from agentactivity.host.v1 import host_pb2, host_pb2_grpc, runtime_pb2, runtime_pb2_grpc
 from grpcserver.app import ServiceDefinition, definition_for
+from services.host.activity_feed import ActivityFeed, FeedSettings
 from services.host.context import HostContext
+from services.host.live_settings import LinkedRuntimeSettings
 from services.host.servicer import HostServicer, RuntimeLinkServicer
 from services.host.settings import Settings
+from services.host.wire.activity_codec import ProtoEventCodec
 from store.database import Database
 
 __all__ = ["Settings", "build"]
@@ -20,6 +23,26 @@ def build(settings: Settings) -> ServiceDefinition:
         runtime_loss_grace_seconds=settings.runtime_loss_grace_seconds,
         runtime_command_timeout_seconds=settings.runtime_command_timeout_seconds,
     )
+    # HOST-OBS-1/2: the durable event log (wire codec), live lane and pruning bounds.
+    ctx.activity = ActivityFeed(
+        ctx.clock,
+        ProtoEventCodec(),
+        FeedSettings(
+            queue_max_items=settings.watch_queue_max_items,
+            retention_seconds=settings.activity_event_retention_seconds,
+            max_rows=settings.activity_event_max_rows,
+            prune_interval_seconds=settings.activity_event_prune_interval_seconds,
+        ),
+    )
+
+    async def start_activity() -> None:
+        await ctx.activity.start(database)
+
+    async def stop_activity() -> None:
+        await ctx.activity.stop(database)
+
+    # HOST-SES-6: settings updates reach connected runtimes over the runtime link.
+    ctx.runtime_settings = LinkedRuntimeSettings(ctx)
     return definition_for(
         "host",
         [
@@ -34,6 +57,6 @@ def build(settings: Settings) -> ServiceDefinition:
                 RuntimeLinkServicer(ctx),
             ),
         ],
-        on_start=[database.start],
-        on_stop=[ctx.runtimes.shutdown, database.stop],
+        on_start=[database.start, start_activity],
+        on_stop=[ctx.runtimes.shutdown, database.stop, stop_activity],  # run in reverse
     )

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from services.host.activity_feed import ActivityFeed
 from services.host.lanes import MutationLanes
 from services.host.runtime_registry import RuntimeRegistry
 from services.host.runtime_settings import DetachedRuntimeSettings, RuntimeSettingsPort
@@ -30,7 +31,11 @@ class HostContext:
             its Turns are interrupted (``TUTTI_RUNTIME_LOSS_GRACE_SECONDS``).
         runtime_command_timeout_seconds: How long an awaited runtime command may take.
         runtime_settings: Applies persisted Session settings to a live runtime (HOST-SES-6);
-            the runtime link replaces the detached default.
+            ``app.build`` installs the runtime link's ``LinkedRuntimeSettings`` in place of
+            the detached default.
+        activity: The activity feed: durable event log, live and delta lanes, pruning
+            (HOST-OBS-1/2, HOST-RT-2). The default records no events (no codec);
+            ``app.build`` passes the wire codec.
     """
 
     database: Database
@@ -40,3 +45,4 @@ class HostContext:
     runtime_loss_grace_seconds: float = 30.0
     runtime_command_timeout_seconds: float = 10.0
     runtime_settings: RuntimeSettingsPort = field(default_factory=DetachedRuntimeSettings)
+    activity: ActivityFeed = field(default_factory=lambda: ActivityFeed(wall_clock_ms))

@@ -2,8 +2,8 @@
 
 A project is a workspace record (key, label, path). Its key is the ``rail_section_key`` of
 its member Sessions; the conversations section is the reserved key ``conversations`` and
-is no project. ``RemoveProject`` is the only operation that changes a persisted
-``rail_section_key``.
+is no project. ``RemoveProject`` (``services.host.project_removal``) is the only operation
+that changes a persisted ``rail_section_key``.
 """
 
 from __future__ import annotations
@@ -11,11 +11,9 @@ from __future__ import annotations
 import posixpath
 import re
 import uuid
-from dataclasses import dataclass
 
 from domainerrors import (
     AlreadyExists,
-    FailedPrecondition,
     FieldViolation,
     InvalidArgument,
     NotFound,
@@ -27,11 +25,10 @@ from store.models import CONVERSATIONS_SECTION_KEY
 
 __all__ = [
     "ProjectRecord",
-    "ProjectRemoval",
     "add_project",
     "list_projects",
     "project_containing",
-    "remove_project",
+    "project_not_found",
     "validate_section_key",
 ]
 
@@ -140,49 +137,3 @@ def project_containing(projects: list[ProjectRecord], cwd: str) -> ProjectRecord
         if inside and (best is None or len(root) > len(posixpath.normpath(best.path))):
             best = project
     return best
-
-
-@dataclass(frozen=True)
-class ProjectRemoval:
-    """What ``RemoveProject`` did: Sessions deleted (none yet) and Sessions rehomed."""
-
-    deleted_session_ids: tuple[str, ...]
-    rehomed_session_ids: tuple[str, ...]
-
-
-async def remove_project(ctx: HostContext, workspace_id: str, section_key: str) -> ProjectRemoval:
-    """Remove a project and rehome what it retains to the conversations key (HOST-PROJ-1).
-
-    The delete step (sending the live unpinned root Sessions through ``DeleteSessions``)
-    needs the canonical delete, which is not built yet: until then a project that still has
-    live unpinned root Sessions is refused. Otherwise one compare-and-finalize transaction
-    locks the project row (so no Session can be placed in it concurrently, HOST-SES-2),
-    re-checks that no live unpinned root remains, moves the retained pinned trees and
-    tombstones to ``conversations`` and deletes the row.
-
-    Raises:
-        InvalidArgument: a malformed key.
-        NotFound: reason ``PROJECT_NOT_FOUND``.
-        FailedPrecondition: reason ``PROJECT_HAS_LIVE_SESSIONS``.
-    """
-    if (violation := validate_section_key(section_key, "section_key")) is not None:
-        raise InvalidArgument(violation.description, field_violations=[violation])
-
-    async def finalize(repos: transactions.HostRepositories) -> ProjectRemoval:
-        if await repos.projects.get(workspace_id, section_key, lock="update") is None:
-            raise project_not_found(workspace_id, section_key)
-        live = await repos.projects.live_unpinned_root_ids(workspace_id, section_key)
-        if live:
-            raise FailedPrecondition(
-                f"project {section_key!r} still has {len(live)} live unpinned root Session(s); "
-                "delete them first",
-                reason="PROJECT_HAS_LIVE_SESSIONS",
-                metadata={"section_key": section_key, "live_session_count": str(len(live))},
-            )
-        rehomed = await repos.projects.rehome_section(
-            workspace_id, section_key, CONVERSATIONS_SECTION_KEY
-        )
-        await repos.projects.delete(workspace_id, section_key)
-        return ProjectRemoval((), tuple(rehomed))
-
-    return await transactions.run(ctx.database, finalize)

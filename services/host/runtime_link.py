@@ -6,7 +6,8 @@ Reports are applied atomically, in provider order, with the causal write barrier
   order, so the rows later messages reference exist first;
 * immediately before a terminal Turn patch, every message of that Turn in the report is
   written (also ones listed after the patch), then the Turn settles and freezes its
-  result from the durable messages (HOST-TURN-6);
+  result from the durable messages (HOST-TURN-6); a root Turn whose child Turns are still
+  active records the patch and settles when its last child does;
 * patches after a settlement are applied after it, where they are stale replays;
 * a conflicting Interaction (changed kind, tool name, input or metadata) or an invalid
   item rejects the whole report: nothing from it commits (HOST-INT-2);
@@ -144,7 +145,7 @@ async def runtime_lost(
         async def interrupt(
             repos: ActivityRepositories, ws: str = workspace_id, sid: str = session_id
         ) -> bool:
-            session = await repos.sessions.get(ws, sid, lock=True)
+            session = await repos.sessions.lock_with_root(ws, sid)
             if session is None:
                 return False
             return await _confirm_dead(repos, session, ctx.clock())
@@ -221,7 +222,7 @@ async def _apply(
     ctx: HostContext, repos: ActivityRepositories, report: RuntimeReportInput
 ) -> ReportVerdict:
     now = ctx.clock()
-    session = await repos.sessions.get(report.workspace_id, report.session_id, lock=True)
+    session = await repos.sessions.lock_with_root(report.workspace_id, report.session_id)
     results: dict[int, ItemResult] = {}
     items = list(enumerate(report.items))
 
@@ -285,8 +286,10 @@ async def _apply_session_patch(
     if session is None:
         if item.parent_session_id is None:
             return None, False
-        parent = await repos.sessions.get(report.workspace_id, item.parent_session_id)
-        if parent is None:
+        # Locked: a concurrent delete of the parent either sees this child (its plan goes
+        # stale) or has tombstoned the parent, and no live child is put under a tombstone.
+        parent = await repos.sessions.get(report.workspace_id, item.parent_session_id, lock=True)
+        if parent is None or parent.deleted_at_unix_ms is not None:
             return None, False
         session = Session(
             workspace_id=report.workspace_id,
@@ -385,7 +388,8 @@ async def _apply_turn_patch(
             return ItemResult(index, "applied")
     if item.terminal:
         assert item.outcome is not None
-        change = await turn_lifecycle.settle(
+        # A root Turn with active children records the patch and settles after them.
+        change = await turn_lifecycle.settle_when_children_done(
             repos, session, turn, item.outcome, now, failure_message=item.failure_message
         )
     else:

@@ -107,6 +107,12 @@ class RuntimeLinkHandle:
             self._acks[command_id] = future
         return future
 
+    def forget_ack(self, command_id: str) -> None:
+        """Stop waiting for ``command_id`` (the waiter gave up; a late ack is still recorded)."""
+        future = self._acks.pop(command_id, None)
+        if future is not None and not future.done():
+            future.cancel()
+
     def resolve_ack(self, ack: CommandAck) -> None:
         """Wake whoever awaits this acknowledgement."""
         future = self._acks.pop(ack.command_id, None)

@@ -1,10 +1,11 @@
 """The port through which persisted Session settings reach a live runtime (HOST-SES-6).
 
 ``UpdateSessionSettings`` persists first, then asks this port to apply the settings to the
-Session's live runtime, inside the Session's mutation lane (HOST-LANE-1). The runtime-link
-slice implements the port; until it is attached, :class:`DetachedRuntimeSettings` reports
-``not_attached`` (the settings apply at the next start), which is the truth in a host with
-no runtime link. A failure is reported in the response, never hidden.
+Session's live runtime, inside the Session's mutation lane (HOST-LANE-1). The runtime link
+implements the port (``services.host.live_settings.LinkedRuntimeSettings``, installed by
+``services.host.app``); :class:`DetachedRuntimeSettings`, the default of a bare
+``HostContext``, reports ``not_attached`` (the settings apply at the next start). A failure
+is reported in the response, never hidden.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from __future__ import annotations
 from agentactivity.host.v1 import host_pb2_grpc, runtime_pb2_grpc
 from services.host.context import HostContext
 from services.host.wire.activity import ActivityRpcs
+from services.host.wire.deletion import DeletionRpcs
 from services.host.wire.interactions import InteractionRpcs
 from services.host.wire.messages import MessageRpcs
 from services.host.wire.projects import ProjectRpcs
@@ -18,16 +19,19 @@ from services.host.wire.runtime import RuntimeLinkRpcs
 from services.host.wire.sessions import SessionRpcs
 from services.host.wire.targets import TargetRpcs
 from services.host.wire.turns import TurnRpcs
+from services.host.wire.watch import WatchRpcs
 
 
 class HostServicer(
     ActivityRpcs,
+    WatchRpcs,
     TargetRpcs,
     ProjectRpcs,
     SessionRpcs,
     TurnRpcs,
     MessageRpcs,
     InteractionRpcs,
+    DeletionRpcs,
     host_pb2_grpc.HostServiceServicer,
 ):
     """Serves ``agentactivity.host.v1.HostService``."""

@@ -3,6 +3,11 @@
 Every command that mutates one Session runs inside that Session's mutation lane
 (``ctx.lanes.hold``), commits in one transaction, and answers with the Session read back
 from the store after the commit, so a response is always persisted truth.
+
+``CreateSession`` with ``initial_input`` is atomic: the Session row and the first Turn
+(written by ``submission.persist_submission``, the durable submit path of ``SendInput``)
+commit in one transaction, or neither does (for example ``RUNTIME_UNAVAILABLE`` when no
+runtime serves the target leaves no Session behind).
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from domainerrors import (
     AlreadyExists,
     FailedPrecondition,
@@ -18,6 +25,7 @@ from domainerrors import (
     InvalidArgument,
     NotFound,
 )
+from services.host.activity_store import ActivityRepositories, activity_runner
 from services.host.context import HostContext
 from services.host.projects import project_containing, validate_section_key
 from services.host.records import (
@@ -27,16 +35,27 @@ from services.host.records import (
     TurnRecord,
     subagents_to_json,
 )
+from services.host.references import ReferenceMeta
 from services.host.repository import transactions
 from services.host.repository.sessions import NewSession
 from services.host.runtime_settings import RuntimeSettingsOutcome, RuntimeSettingsPort
 from services.host.session_settings import merge_settings
+from services.host.submission import (
+    Submission,
+    SubmitResult,
+    persist_submission,
+    read_back,
+    validate,
+)
 from services.host.targets import resolve_launchable
 from store.models import CONVERSATIONS_SECTION_KEY
+from store.transactions import TransactionRunner, UnitOfWork
 
 __all__ = [
     "MAX_TITLE_LENGTH",
     "CreateSessionCommand",
+    "CreatedSession",
+    "InitialInput",
     "SessionDetail",
     "SettingsUpdate",
     "create_session",
@@ -50,6 +69,8 @@ __all__ = [
 MAX_ID_LENGTH = 128
 MAX_TITLE_LENGTH = 512
 MAX_CWD_LENGTH = 4096
+DERIVED_TITLE_LENGTH = 80
+"""A title derived from the first input keeps at most this many characters."""
 CLEANUP_RETRY_SECONDS = 60.0
 """RetryInfo of ``RESOURCE_CLEANUP_PENDING``: maintenance completes cleanup rows in minutes."""
 _ID = re.compile(r"[^\s\x00-\x1f\x7f]+")
@@ -113,6 +134,29 @@ def _title_violation(title: str, field: str, *, required: bool) -> FieldViolatio
 
 
 @dataclass(frozen=True)
+class InitialInput:
+    """The first input of a new Session: a ``new_turn`` submission (HOST-TURN-1)."""
+
+    client_submit_id: str
+    content: str
+    mode: str = "agent"
+    references: tuple[ReferenceMeta, ...] = ()
+
+    def submission(self, workspace_id: str, session_id: str) -> Submission:
+        """The ``SendInput`` equivalent of this input for the new Session."""
+        return Submission(
+            workspace_id=workspace_id,
+            session_id=session_id,
+            client_submit_id=self.client_submit_id,
+            delivery="new_turn",
+            target_turn_id=None,
+            mode=self.mode,
+            content=self.content,
+            references=self.references,
+        )
+
+
+@dataclass(frozen=True)
 class CreateSessionCommand:
     """A validated-on-entry ``CreateSession`` request (HOST-SES-1/2).
 
@@ -128,7 +172,7 @@ class CreateSessionCommand:
     title: str | None = None
     rail_section_key: str | None = None
     settings: SessionSettingsValue = field(default_factory=SessionSettingsValue)
-    has_initial_input: bool = False
+    initial_input: InitialInput | None = None
     has_initial_goal: bool = False
     has_isolation: bool = False
 
@@ -153,21 +197,33 @@ def _validate_create(command: CreateSessionCommand) -> None:
         violation := validate_section_key(command.rail_section_key, "rail_section_key")
     ):
         violations.append(violation)
-    if command.has_initial_input and command.has_initial_goal:
+    if command.initial_input is not None and command.has_initial_goal:
         violations.append(
             FieldViolation("initial_goal", "initial_input and initial_goal are exclusive")
         )
     if violations:
         raise InvalidArgument("invalid CreateSession request", field_violations=violations)
-    # Second-phase and not-yet-built parts fail before anything is written.
+    if command.initial_input is not None:
+        # The session id is not known yet; any non-empty id passes the id check here.
+        validate(
+            command.initial_input.submission(command.workspace_id, command.session_id or "new"),
+            field_prefix="initial_input.",
+            rpc="CreateSession",
+        )
+    # Second-phase parts fail before anything is written.
     if command.has_initial_goal:
         raise NotImplementedError("CreateSession.initial_goal (HOST-GOAL-1, second phase)")
     if command.has_isolation:
         raise NotImplementedError("CreateSession.isolation (HOST-SES-7, second phase)")
-    if command.has_initial_input:
-        raise NotImplementedError(
-            "CreateSession.initial_input (create the Session, then call SendInput)"
-        )
+
+
+def derived_title(content: str) -> str:
+    """A title from the first input: its first non-blank line, shortened (HOST-SES-1)."""
+    line = next((line.strip() for line in content.splitlines() if line.strip()), "")
+    line = _CONTROL.sub(" ", line)
+    if len(line) <= DERIVED_TITLE_LENGTH:
+        return line
+    return line[: DERIVED_TITLE_LENGTH - 1].rstrip() + "\u2026"
 
 
 def _is_identical_retry(existing: SessionRecord, command: CreateSessionCommand) -> bool:
@@ -185,7 +241,23 @@ def _is_identical_retry(existing: SessionRecord, command: CreateSessionCommand) 
     )
 
 
-async def create_session(ctx: HostContext, command: CreateSessionCommand) -> SessionRecord:
+@dataclass(frozen=True)
+class CreatedSession:
+    """What ``CreateSession`` returns: the Session and, with ``initial_input``, its Turn."""
+
+    session: SessionRecord
+    first_turn: SubmitResult | None = None
+
+
+class _CreateScope:
+    """One transaction seen through both repository families (Session row and Turn)."""
+
+    def __init__(self, session: AsyncSession, uow: UnitOfWork) -> None:
+        self.host = transactions.HostRepositories(session, uow)
+        self.activity = ActivityRepositories(session, uow)
+
+
+async def create_session(ctx: HostContext, command: CreateSessionCommand) -> CreatedSession:
     """Create a root Session, persist it and read it back (HOST-SES-1, HOST-SES-2).
 
     Host resolves the target inside the creating transaction, derives provider and runtime
@@ -194,19 +266,35 @@ async def create_session(ctx: HostContext, command: CreateSessionCommand) -> Ses
     ``rail_section_key`` once: an explicit placement is re-checked against the project rows
     in the same transaction, otherwise the project containing ``cwd`` or ``conversations``.
 
+    With ``initial_input`` the first Turn is submitted through the ``SendInput`` path
+    (``new_turn``, same idempotency by ``client_submit_id``) in the same transaction, and
+    the title, when unset, is derived from the input. An identical retry naming the same
+    ``session_id`` replays the submission.
+
     Raises:
         InvalidArgument: malformed input, reason ``PROVIDER_MISMATCH`` for a provider other
             than the target's, or settings outside the catalog.
         FailedPrecondition: ``AGENT_TARGET_UNAVAILABLE``, ``PROJECT_NOT_FOUND`` or
             ``RESOURCE_CLEANUP_PENDING`` (RetryInfo).
         AlreadyExists: ``SESSION_ID_IN_USE``.
-        NotImplementedError: ``initial_input``, ``initial_goal`` or ``isolation`` (answered
-            UNIMPLEMENTED); nothing is written.
+        Unavailable: ``RUNTIME_UNAVAILABLE`` (with ``initial_input``); nothing is written.
+        NotImplementedError: ``initial_goal`` or ``isolation`` (answered UNIMPLEMENTED);
+            nothing is written.
     """
     _validate_create(command)
     workspace_id = command.workspace_id
     session_id = command.session_id or f"ses-{uuid.uuid4().hex}"
     title = (command.title or "").strip()
+    first = command.initial_input
+    if command.title is None and first is not None:
+        title = derived_title(first.content)
+    submission = first.submission(workspace_id, session_id) if first is not None else None
+
+    async def persist_all(scope: _CreateScope) -> tuple[bool, str | None] | None:
+        await persist(scope.host)
+        if submission is None:
+            return None
+        return await persist_submission(ctx, scope.activity, submission)
 
     async def persist(repos: transactions.HostRepositories) -> None:
         existing = await repos.sessions.get(workspace_id, session_id)
@@ -283,8 +371,16 @@ async def create_session(ctx: HostContext, command: CreateSessionCommand) -> Ses
             )
 
     async with ctx.lanes.hold(workspace_id, session_id):
-        await transactions.run(ctx.database, persist)
-        return await read_live_session(ctx, workspace_id, session_id)
+        runner = TransactionRunner(ctx.database.engine, scope=_CreateScope)
+        stored = await runner.run(persist_all)
+        record = await read_live_session(ctx, workspace_id, session_id)
+        if submission is None or stored is None:
+            return CreatedSession(record)
+        replayed, interrupted = stored
+        turn = await activity_runner(ctx.database.engine).run(
+            lambda repos: read_back(repos, submission, replayed, interrupted), write=False
+        )
+        return CreatedSession(record, turn)
 
 
 # ----------------------------------------------------------------------------------- read

@@ -92,34 +92,42 @@ class SubmitResult:
     interrupted_turn_id: str | None = None
 
 
-def validate(submission: Submission) -> None:
+def validate(submission: Submission, *, field_prefix: str = "", rpc: str = "SendInput") -> None:
     """Reject malformed input before anything is read (SEC-2, HOST-TURN-3).
+
+    Args:
+        submission: the request in domain terms.
+        field_prefix: request path of the submission fields (``initial_input.`` when
+            ``CreateSession`` carries the first input).
+        rpc: the RPC named in the error message.
 
     Raises:
         InvalidArgument: with one violation per bad field.
     """
     violations: list[FieldViolation] = []
+
+    def bad(name: str, description: str) -> None:
+        violations.append(FieldViolation(f"{field_prefix}{name}", description))
+
     if not submission.session_id:
-        violations.append(FieldViolation("session_id", "must name a Session"))
+        bad("session_id", "must name a Session")
     if not submission.client_submit_id:
-        violations.append(FieldViolation("client_submit_id", "is required"))
+        bad("client_submit_id", "is required")
     elif len(submission.client_submit_id) > MAX_SUBMIT_ID_CHARS:
-        violations.append(
-            FieldViolation("client_submit_id", f"must be at most {MAX_SUBMIT_ID_CHARS} characters")
-        )
+        bad("client_submit_id", f"must be at most {MAX_SUBMIT_ID_CHARS} characters")
     if submission.delivery not in DELIVERIES:
-        violations.append(FieldViolation("delivery", "must be new_turn, guidance or interrupt"))
+        bad("delivery", "must be new_turn, guidance or interrupt")
     if submission.delivery == "guidance" and not submission.target_turn_id:
-        violations.append(FieldViolation("target_turn_id", "is required for guidance"))
+        bad("target_turn_id", "is required for guidance")
     if submission.delivery != "guidance" and submission.target_turn_id is not None:
-        violations.append(FieldViolation("target_turn_id", "is only allowed for guidance"))
+        bad("target_turn_id", "is only allowed for guidance")
     if not submission.content.strip() and not submission.references:
-        violations.append(FieldViolation("content", "must not be empty"))
+        bad("content", "must not be empty")
     if len(submission.content) > MAX_CONTENT_CHARS:
-        violations.append(FieldViolation("content", "is larger than 1 MiB"))
+        bad("content", "is larger than 1 MiB")
     if violations:
         raise InvalidArgument(
-            f"invalid SendInput: {violations[0].field} {violations[0].description}",
+            f"invalid {rpc}: {violations[0].field} {violations[0].description}",
             field_violations=violations,
         )
 
@@ -134,14 +142,14 @@ async def send_input(ctx: HostContext, submission: Submission) -> SubmitResult:
     validate(submission)
     runner = activity_runner(ctx.database.engine)
     async with ctx.lanes.hold(submission.workspace_id, submission.session_id):
-        stored = await runner.run(lambda repos: _submit(ctx, repos, submission))
+        stored = await runner.run(lambda repos: persist_submission(ctx, repos, submission))
         replayed, interrupted = stored
         return await runner.run(
-            lambda repos: _read_back(repos, submission, replayed, interrupted), write=False
+            lambda repos: read_back(repos, submission, replayed, interrupted), write=False
         )
 
 
-async def _read_back(
+async def read_back(
     repos: ActivityRepositories,
     submission: Submission,
     replayed: bool,
@@ -166,11 +174,23 @@ async def _read_back(
     return SubmitResult(turn, message, session, replayed, interrupted)
 
 
-async def _submit(
+async def persist_submission(
     ctx: HostContext, repos: ActivityRepositories, submission: Submission
 ) -> tuple[bool, str | None]:
+    """Write a validated submission in the open transaction (the caller holds the lane).
+
+    ``SendInput`` runs it alone; ``CreateSession`` runs it in the transaction that
+    inserts the Session, so a Session with ``initial_input`` exists only with its Turn.
+
+    Returns:
+        ``(replayed, interrupted_turn_id)``.
+
+    Raises:
+        NotFound, FailedPrecondition, Unavailable, AlreadyExists: see :func:`send_input`;
+            nothing of the transaction commits.
+    """
     ws, sid = submission.workspace_id, submission.session_id
-    session = await repos.sessions.get(ws, sid, lock=True)
+    session = await repos.sessions.lock_with_root(ws, sid)
     if session is None or session.deleted_at_unix_ms is not None:
         raise NotFound(f"Session {sid!r} not found", reason="SESSION_NOT_FOUND")
     existing = await repos.messages.get(ws, sid, user_message_id(submission.client_submit_id))
@@ -426,7 +446,7 @@ async def session_context(repos: ActivityRepositories, session: Session) -> dict
         "agentTargetId": session.agent_target_id or "",
         "provider": session.provider,
         "cwd": session.cwd or "",
-        "settings": _settings_json(SessionSettingsValue.from_json(session.settings_json)),
+        "settings": settings_to_json(SessionSettingsValue.from_json(session.settings_json)),
         "subagents": [
             {"name": agent.name, "description": agent.description}
             for agent in _launch_catalog(session)
@@ -449,7 +469,8 @@ async def session_context(repos: ActivityRepositories, session: Session) -> dict
     return context
 
 
-def _settings_json(settings: SessionSettingsValue) -> Mapping[str, Any]:
+def settings_to_json(settings: SessionSettingsValue) -> Mapping[str, Any]:
+    """The proto3-JSON ``SessionSettings`` of a command payload (unset values omitted)."""
     values: dict[str, Any] = {
         "model": settings.model,
         "reasoningEffort": settings.reasoning_effort,
@@ -469,9 +490,12 @@ def restored_input(message: Message | None) -> str | None:
 __all__: Sequence[str] = (
     "Submission",
     "SubmitResult",
+    "persist_submission",
+    "read_back",
     "restored_input",
     "send_input",
     "session_context",
+    "settings_to_json",
     "user_message_id",
     "validate",
 )

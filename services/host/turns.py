@@ -8,14 +8,13 @@ settled Turn is returned unchanged.
 
 from __future__ import annotations
 
-import base64
-import json
 from dataclasses import dataclass
 
-from domainerrors import FieldViolation, InvalidArgument, NotFound
+from domainerrors import InvalidArgument, NotFound
 from services.host import runtime_commands, turn_lifecycle
 from services.host.activity_store import ActivityRepositories, activity_runner
 from services.host.context import HostContext
+from services.host.session_cursor import CursorPosition, decode_cursor, encode_cursor
 from services.host.submission import restored_input, user_message_id
 from store.models import Message, Turn
 
@@ -50,7 +49,7 @@ async def stop_turn(
     runner = activity_runner(ctx.database.engine)
 
     async def run(repos: ActivityRepositories) -> StopResult:
-        session = await repos.sessions.get(workspace_id, session_id, lock=True)
+        session = await repos.sessions.lock_with_root(workspace_id, session_id)
         turn = await repos.turns.get(workspace_id, session_id, turn_id)
         if session is None or turn is None:
             raise NotFound(f"Turn {turn_id!r} not found", reason="TURN_NOT_FOUND")
@@ -61,7 +60,9 @@ async def stop_turn(
         for child in await repos.turns.active_children(workspace_id, turn_id):
             child_session = await repos.sessions.get(workspace_id, child.session_id, lock=True)
             if child_session is not None:
-                await turn_lifecycle.settle(repos, child_session, child, "canceled", now)
+                await turn_lifecycle.settle(
+                    repos, child_session, child, "canceled", now, release_root=False
+                )
                 runtime_commands.enqueue(
                     repos, ctx, child_session, "stop_turn", {"turnId": child.turn_id}
                 )
@@ -89,24 +90,21 @@ class TurnPage:
     next_cursor: str
 
 
+def _listing(session_id: str) -> str:
+    """The cursor's listing key: a Turn cursor is bound to its Session (and workspace)."""
+    return f"session-turns/{session_id}"
+
+
 def _encode_cursor(workspace_id: str, session_id: str, turn: Turn) -> str:
-    raw = json.dumps([workspace_id, session_id, turn.created_at_unix_ms, turn.turn_id])
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+    # The shared value-cursor codec; its position is the listing's (time, id) sort key,
+    # here (created_at_unix_ms, turn_id).
+    position = CursorPosition(turn.created_at_unix_ms, turn.turn_id)
+    return encode_cursor(workspace_id, _listing(session_id), position)
 
 
 def _decode_cursor(cursor: str, workspace_id: str, session_id: str) -> tuple[int, str]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        ws, sid, created, turn_id = json.loads(base64.urlsafe_b64decode(padded))
-        if ws != workspace_id or sid != session_id:
-            raise ValueError("cursor of another Session")
-        return int(created), str(turn_id)
-    except (ValueError, TypeError) as error:
-        raise InvalidArgument(
-            "cursor is not a cursor of this listing",
-            reason="INVALID_CURSOR",
-            field_violations=[FieldViolation("cursor", "is not a cursor of this listing")],
-        ) from error
+    position = decode_cursor(cursor, workspace_id, _listing(session_id))
+    return position.updated_at_unix_ms, position.session_id
 
 
 async def list_turns(

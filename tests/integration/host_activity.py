@@ -15,7 +15,6 @@ from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2, host_pb2_grpc
 from store.engine import create_sync_engine_for
 from store.models import Message, Turn
-from tests.support.host_seed import seed_session, seed_target
 from tests.support.runtime_client import ScriptedRuntime
 from tests.support.servers import LiveServer, auth_metadata
 
@@ -74,10 +73,44 @@ class HostUnderTest:
         return int(turns), int(messages)
 
 
+TARGET_ID = "demo-target"
+PROVIDER = "demo"
+
+
 def start_host(live_server: Callable[..., LiveServer], url: str, **overrides: Any) -> HostUnderTest:
-    seed_target(url)
-    seed_session(url, "s1")
-    return HostUnderTest(live_server("host", database_url=url, **overrides), url)
+    """A live host with target ``demo-target`` and Session ``s1``, made through the API.
+
+    The target is registered with ``RegisterAgentTarget`` and ``s1`` is created with
+    ``CreateSession``, so these tests run on exactly what the real create persists.
+    """
+    host = HostUnderTest(live_server("host", database_url=url, **overrides), url)
+    host.stub.RegisterAgentTarget(
+        host_pb2.RegisterAgentTargetRequest(
+            target=host_pb2.AgentTarget(
+                agent_target_id=TARGET_ID,
+                provider=PROVIDER,
+                display_name=TARGET_ID,
+                enabled=True,
+                launch_ref=host_pb2.AgentLaunchRef(runtime_target_ref=f"{PROVIDER}:default"),
+                capabilities=canonical_pb2.RuntimeCapabilities(
+                    guidance=True, interrupt=True, live_settings=True
+                ),
+                subagents=[host_pb2.SubagentDescriptor(name="explorer")],
+            )
+        ),
+        metadata=auth_metadata("admin"),
+    )
+    host.stub.CreateSession(
+        host_pb2.CreateSessionRequest(
+            workspace_id=WS,
+            agent_target_id=TARGET_ID,
+            session_id="s1",
+            title="title of s1",
+            cwd="/nonexistent/workspace",
+        ),
+        metadata=DEVICE,
+    )
+    return host
 
 
 def error_reason(error: grpc.RpcError) -> str:

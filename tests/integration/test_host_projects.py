@@ -55,7 +55,7 @@ def test_add_and_list_projects(host: HostClient) -> None:
 
 
 @pytest.mark.spec("HOST-PROJ-1", "HOST-SES-2")
-def test_remove_project_refuses_live_sessions_then_rehomes_the_rest(
+def test_remove_project_deletes_live_roots_then_rehomes_the_rest(
     host: HostClient, migrated_db_url: str
 ) -> None:
     _add(host, "p-app", "App", "/work/app")
@@ -66,20 +66,13 @@ def test_remove_project_refuses_live_sessions_then_rehomes_the_rest(
         "SetSessionPinned",
         host_pb2.SetSessionPinnedRequest(workspace_id="ws-1", session_id="pinned", pinned=True),
     )
-    code, reason, _, _ = error_of(
-        lambda: host.call(
-            "RemoveProject", host_pb2.RemoveProjectRequest(workspace_id="ws-1", section_key="p-app")
-        )
-    )
-    assert (code, reason) == (grpc.StatusCode.FAILED_PRECONDITION, "PROJECT_HAS_LIVE_SESSIONS")
-
-    # What the delete step will do once canonical delete exists: tombstone the live roots.
+    # "gone" was deleted earlier: it is a recoverable tombstone the finalize rehomes.
     engine = create_sync_engine_for(migrated_db_url)
     try:
         with engine.begin() as connection:
             connection.execute(
                 update(Session)
-                .where(Session.session_id.in_([live.session_id, gone.session_id]))
+                .where(Session.session_id == gone.session_id)
                 .values(deleted_at_unix_ms=9, deletion_generation="gen", component_size=1)
             )
     finally:
@@ -88,7 +81,7 @@ def test_remove_project_refuses_live_sessions_then_rehomes_the_rest(
         "RemoveProject", host_pb2.RemoveProjectRequest(workspace_id="ws-1", section_key="p-app")
     )
     assert sorted(removed.rehomed_session_ids) == ["gone", "live", "pinned"]
-    assert list(removed.deletion.deleted) == []
+    assert [d.session_id for d in removed.deletion.deleted] == [live.session_id]
     moved = host.call(
         "GetSession", host_pb2.GetSessionRequest(workspace_id="ws-1", session_id="pinned")
     ).session

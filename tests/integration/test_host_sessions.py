@@ -147,7 +147,7 @@ def test_unbuilt_create_options_answer_unimplemented_and_write_nothing(host: Hos
     code, reason, _, _ = error_of(
         lambda: host.create(
             session_id="s-x",
-            initial_input=host_pb2.InitialInput(client_submit_id="c1", content="hi"),
+            initial_goal=host_pb2.GoalSpec(objective="ship it"),
         )
     )
     assert (code, reason) == (grpc.StatusCode.UNIMPLEMENTED, "NOT_IMPLEMENTED")

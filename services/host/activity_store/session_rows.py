@@ -26,8 +26,23 @@ class SessionRowRepository:
             Session.workspace_id == workspace_id, Session.session_id == session_id
         )
         if lock:
-            query = query.with_for_update()
+            # populate_existing: a row read earlier in this transaction is refreshed with
+            # the values seen under the lock.
+            query = query.with_for_update().execution_options(populate_existing=True)
         return (await self._db.execute(query)).scalar_one_or_none()
+
+    async def lock_with_root(self, workspace_id: str, session_id: str) -> Session | None:
+        """Lock a Session row for a write that may settle Turns, its root Session's first.
+
+        Settling a child Turn may settle the root Turn it works for (HOST-TURN-6), and
+        stopping a root Turn settles its children: both lock root before child, so two
+        such transactions never wait on each other in opposite order on Postgres.
+        """
+        row = await self.get(workspace_id, session_id)
+        if row is not None and row.root_session_id != row.session_id:
+            # root_session_id never changes, so reading it without the lock is safe.
+            await self.get(workspace_id, row.root_session_id, lock=True)
+        return await self.get(workspace_id, session_id, lock=True)
 
     def add(self, row: Session) -> None:
         """Stage a new Session row (a child Session a runtime reports, HOST-RT-3)."""

@@ -8,6 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from store.models import Turn
 
 ACTIVE_PHASES = ("queued", "running", "awaiting_interaction")
+"""Turn phases before ``settled``: the one definition of an active Turn (HOST-TURN-5)."""
 
 
 class TurnRepository:

@@ -7,7 +7,6 @@ visible set before paging, ``total_count`` and candidate selection.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -16,20 +15,24 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 
+from services.host.activity_log import note_session_changed
+from services.host.activity_records import interaction_record, session_record, turn_record
 from services.host.records import (
     Capabilities,
-    InteractionOptionRecord,
     InteractionRecord,
     SessionRecord,
     SessionSettingsValue,
-    TombstoneRecord,
     TurnRecord,
-    UsageRecord,
-    json_object,
 )
 from store.models import Interaction, ResourceCleanupOutbox, Session, Turn
 
-__all__ = ["NewSession", "RootSessionPage", "RootSessionQuery", "SessionRepository"]
+__all__ = [
+    "NewSession",
+    "RootSessionPage",
+    "RootSessionQuery",
+    "SessionRepository",
+    "session_record",
+]
 
 
 @dataclass(frozen=True)
@@ -79,101 +82,6 @@ class RootSessionPage:
     sessions: list[SessionRecord]
     total_count: int
     has_more: bool
-
-
-def session_record(row: Session) -> SessionRecord:
-    """Map a ``sessions`` row; provider-private context is left behind (HOST-SES-3)."""
-    tombstone = None
-    if row.deleted_at_unix_ms is not None:
-        tombstone = TombstoneRecord(
-            deleted_at_unix_ms=row.deleted_at_unix_ms,
-            generation=row.deletion_generation,
-            component_size=row.component_size,
-            legacy=row.tombstone_legacy,
-        )
-    return SessionRecord(
-        workspace_id=row.workspace_id,
-        session_id=row.session_id,
-        parent_session_id=row.parent_session_id,
-        root_session_id=row.root_session_id,
-        parent_turn_id=row.parent_turn_id,
-        agent_target_id=row.agent_target_id,
-        provider=row.provider,
-        title=row.title,
-        cwd=row.cwd,
-        rail_section_key=row.rail_section_key,
-        rail_project_path=row.rail_project_path,
-        settings=SessionSettingsValue.from_json(row.settings_json),
-        capabilities=Capabilities.from_json(row.capabilities_json),
-        usage=UsageRecord.from_json(row.usage_json),
-        message_version=row.message_version,
-        pinned_at_unix_ms=row.pinned_at_unix_ms,
-        created_at_unix_ms=row.created_at_unix_ms,
-        updated_at_unix_ms=row.updated_at_unix_ms,
-        active_turn_id=row.active_turn_id,
-        tombstone=tombstone,
-        isolation=json_object(row.isolation_json) or None,
-        import_info=json_object(row.import_json) or None,
-    )
-
-
-def turn_record(row: Turn) -> TurnRecord:
-    """Map a ``turns`` row."""
-    return TurnRecord(
-        workspace_id=row.workspace_id,
-        session_id=row.session_id,
-        turn_id=row.turn_id,
-        client_submit_id=row.client_submit_id,
-        phase=row.phase,
-        outcome=row.outcome,
-        origin=row.origin,
-        version=row.version,
-        created_at_unix_ms=row.created_at_unix_ms,
-        started_at_unix_ms=row.started_at_unix_ms,
-        settled_at_unix_ms=row.settled_at_unix_ms,
-        result_message_id=row.result_message_id,
-        result_resolved_empty=row.result_resolved_empty,
-        root_turn_id=row.root_turn_id,
-        failure_message=row.failure_message,
-    )
-
-
-def _options(text: str | None) -> tuple[InteractionOptionRecord, ...]:
-    try:
-        data = json.loads(text or "[]")
-    except ValueError:
-        return ()
-    if not isinstance(data, list):
-        return ()
-    return tuple(
-        InteractionOptionRecord(
-            str(item.get("option_id", item.get("optionId", ""))), str(item.get("label", ""))
-        )
-        for item in data
-        if isinstance(item, dict)
-    )
-
-
-def interaction_record(row: Interaction) -> InteractionRecord:
-    """Map an ``interactions`` row."""
-    return InteractionRecord(
-        workspace_id=row.workspace_id,
-        session_id=row.session_id,
-        turn_id=row.turn_id,
-        request_id=row.request_id,
-        kind=row.kind,
-        status=row.status,
-        tool_name=row.tool_name,
-        input_json=row.input_json or "",
-        metadata_json=row.metadata_json or "",
-        title=row.title or "",
-        summary=row.summary or "",
-        options=_options(row.options_json),
-        answer=json_object(row.answer_json) or None,
-        version=row.version,
-        created_at_unix_ms=row.created_at_unix_ms,
-        updated_at_unix_ms=row.updated_at_unix_ms,
-    )
 
 
 def _live_roots(query: RootSessionQuery) -> list[ColumnElement[bool]]:
@@ -245,6 +153,8 @@ class SessionRepository:
                 )
         except IntegrityError:
             return False
+        # HOST-OBS-2: a new Session is announced by identity (session_reconcile_required).
+        note_session_changed(self._session, new.workspace_id, new.session_id)
         return True
 
     async def launch_subagents_json(self, workspace_id: str, session_id: str) -> str | None:
@@ -407,6 +317,7 @@ class SessionRepository:
             .where(Session.workspace_id == workspace_id, Session.session_id == session_id)
             .values(**values)
         )
+        note_session_changed(self._session, workspace_id, session_id)  # HOST-OBS-2
 
     async def set_title(self, workspace_id: str, session_id: str, title: str) -> None:
         """Store a new title."""

@@ -12,7 +12,7 @@ import json
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2
-from domainerrors import OutOfRange
+from services.host.cursors import checked_cursor
 from services.host.records import (
     Capabilities,
     InteractionRecord,
@@ -20,9 +20,6 @@ from services.host.records import (
     SessionSettingsValue,
     TurnRecord,
 )
-
-CURSOR_BOUND = 2**53 - 1
-"""Largest cursor integer the wire may carry (CON-4)."""
 
 TURN_PHASES = {
     "queued": canonical_pb2.TURN_PHASE_QUEUED,
@@ -56,19 +53,6 @@ INTERACTION_STATUSES = {
     "superseded": canonical_pb2.INTERACTION_STATUS_SUPERSEDED,
     "interrupted": canonical_pb2.INTERACTION_STATUS_INTERRUPTED,
 }
-
-
-def bounded_cursor(value: int, name: str) -> int:
-    """Return ``value`` or fail the response rather than emit a cursor above 2^53-1 (CON-4).
-
-    Raises:
-        OutOfRange: reason ``CURSOR_BOUND_EXCEEDED``.
-    """
-    if value > CURSOR_BOUND:
-        raise OutOfRange(
-            f"{name} exceeds 2^53-1", reason="CURSOR_BOUND_EXCEEDED", metadata={"field": name}
-        )
-    return value
 
 
 def settings_to_proto(settings: SessionSettingsValue) -> canonical_pb2.SessionSettings:
@@ -127,7 +111,7 @@ def session_to_proto(record: SessionRecord) -> canonical_pb2.Session:
             output_tokens=record.usage.output_tokens,
             cached_input_tokens=record.usage.cached_input_tokens,
         ),
-        message_version=bounded_cursor(record.message_version, "message_version"),
+        message_version=checked_cursor(record.message_version, field="message_version"),
         created_at_unix_ms=record.created_at_unix_ms,
         updated_at_unix_ms=record.updated_at_unix_ms,
     )

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from agentactivity.host.v1 import host_pb2
-from services.host import projects
+from services.host import project_removal, projects
 from services.host.context import HostContext
+from services.host.wire.deletion import deletion_result_to_proto
 
 
 def project_to_proto(record: projects.ProjectRecord) -> host_pb2.Project:
@@ -45,13 +46,11 @@ class ProjectRpcs:
     async def RemoveProject(
         self, request: host_pb2.RemoveProjectRequest, context: Any
     ) -> host_pb2.RemoveProjectResponse:
-        """Remove a project and rehome what it retains to ``conversations`` (HOST-PROJ-1).
-
-        Refused with FAILED_PRECONDITION ``PROJECT_HAS_LIVE_SESSIONS`` while live unpinned
-        root Sessions remain (the canonical delete step is not built yet).
-        """
-        removal = await projects.remove_project(self.ctx, request.workspace_id, request.section_key)
+        """Delete the live unpinned roots, rehome the rest, remove the project (HOST-PROJ-1)."""
+        removal = await project_removal.remove_project(
+            self.ctx, request.workspace_id, request.section_key
+        )
         return host_pb2.RemoveProjectResponse(
-            deletion=host_pb2.SessionDeletionResult(),
+            deletion=deletion_result_to_proto(removal.deletion),
             rehomed_session_ids=list(removal.rehomed_session_ids),
         )

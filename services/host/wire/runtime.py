@@ -24,6 +24,7 @@ from services.host import runtime_link
 from services.host.context import HostContext
 from services.host.runtime_registry import RuntimeLinkHandle
 from services.host.runtime_reports import ItemResult, ReportVerdict
+from services.host.wire.activity_codec import delta_from_proto
 from services.host.wire.runtime_codec import (
     ack_from_proto,
     command_to_proto,
@@ -115,10 +116,13 @@ class RuntimeLinkRpcs:
                         self.ctx, handle, ack_from_proto(frame.command_ack)
                     )
                 elif kind == "deltas":
-                    # Live deltas feed the activity stream, which this build does not serve
-                    # yet; they are ephemeral by contract, so dropping them loses nothing
-                    # durable (HOST-RT-2).
-                    continue
+                    # HOST-RT-2: checked and published to the live lane right here, before
+                    # the next frame (a later report) is read, so no commit overtakes them.
+                    await self.ctx.activity.deltas.accept(
+                        self.ctx.database,
+                        [delta_from_proto(delta) for delta in frame.deltas.deltas],
+                        handle.identity.may_access,
+                    )
                 else:
                     raise FailedPrecondition(
                         "hello may be sent only once", reason="RUNTIME_HELLO_REPEATED"

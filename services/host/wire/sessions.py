@@ -6,7 +6,10 @@ from typing import Any
 
 from agentactivity.host.v1 import host_pb2
 from services.host import session_listing, sessions
+from services.host.activity_records import turn_record
 from services.host.context import HostContext
+from services.host.mentions import ComposerMode
+from services.host.references import validate_references
 from services.host.wire.projection import (
     pending_interaction_to_proto,
     session_import_to_proto,
@@ -16,6 +19,8 @@ from services.host.wire.projection import (
     turn_to_proto,
 )
 from services.host.wire.projects import project_to_proto
+from services.host.wire.references_codec import references_from_proto
+from services.host.wire.turns import MODES
 
 RUNTIME_STATUS = {
     "not_attached": host_pb2.RUNTIME_SETTINGS_STATUS_NOT_ATTACHED,
@@ -65,8 +70,20 @@ class SessionRpcs:
         """Create a root Session and return it as persisted (HOST-SES-1, HOST-SES-2).
 
         ``provider_target_ref`` is ignored: Host derives the runtime ref from the target.
-        ``initial_input``, ``initial_goal`` and ``isolation`` answer UNIMPLEMENTED for now.
+        ``initial_input`` submits the first Turn in the creating transaction (HOST-TURN-1);
+        ``initial_goal`` and ``isolation`` answer UNIMPLEMENTED (second phase).
         """
+        initial_input = None
+        if request.HasField("initial_input"):
+            first = request.initial_input
+            initial_input = sessions.InitialInput(
+                client_submit_id=first.client_submit_id,
+                content=first.content,
+                mode=MODES.get(first.mode, ComposerMode.AGENT),
+                references=validate_references(
+                    references_from_proto(first.references), field="initial_input.references"
+                ),
+            )
         command = sessions.CreateSessionCommand(
             workspace_id=request.workspace_id,
             agent_target_id=request.agent_target_id,
@@ -78,12 +95,15 @@ class SessionRpcs:
                 request.rail_section_key if request.HasField("rail_section_key") else None
             ),
             settings=settings_from_proto(request.settings),
-            has_initial_input=request.HasField("initial_input"),
+            initial_input=initial_input,
             has_initial_goal=request.HasField("initial_goal"),
             has_isolation=request.HasField("isolation"),
         )
-        record = await sessions.create_session(self.ctx, command)
-        return host_pb2.CreateSessionResponse(session=session_to_proto(record))
+        created = await sessions.create_session(self.ctx, command)
+        response = host_pb2.CreateSessionResponse(session=session_to_proto(created.session))
+        if created.first_turn is not None:
+            response.turn.CopyFrom(turn_to_proto(turn_record(created.first_turn.turn)))
+        return response
 
     async def GetSession(
         self, request: host_pb2.GetSessionRequest, context: Any

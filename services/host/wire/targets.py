@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2
 from domainerrors import InvalidArgument
 from grpcserver.auth import Role, current_principal
-from services.host import mentions, targets
+from services.host import targets
 from services.host.context import HostContext
 from services.host.mention_catalog import read_mention_catalog
 from services.host.records import (
@@ -20,6 +19,7 @@ from services.host.records import (
     Subagent,
 )
 from services.host.wire.projection import capabilities_to_proto
+from services.host.wire.turns import MODES as COMPOSER_MODES
 
 LOCALITY_FROM_WIRE = {
     host_pb2.AGENT_TARGET_LOCALITY_UNSPECIFIED: "local",
@@ -118,14 +118,6 @@ def target_to_proto(record: AgentTargetRecord) -> host_pb2.AgentTarget:
         created_at_unix_ms=record.created_at_unix_ms,
         updated_at_unix_ms=record.updated_at_unix_ms,
     )
-
-
-COMPOSER_MODES = {
-    canonical_pb2.COMPOSER_MODE_UNSPECIFIED: mentions.ComposerMode.AGENT,
-    canonical_pb2.COMPOSER_MODE_AGENT: mentions.ComposerMode.AGENT,
-    canonical_pb2.COMPOSER_MODE_PLAN: mentions.ComposerMode.PLAN,
-    canonical_pb2.COMPOSER_MODE_GOAL: mentions.ComposerMode.GOAL,
-}
 
 
 class TargetRpcs:

@@ -8,6 +8,7 @@ from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2
 from services.host.activity_records import message_record, session_record, turn_record
 from services.host.context import HostContext
+from services.host.mentions import ComposerMode
 from services.host.references import validate_references
 from services.host.submission import Submission, send_input
 from services.host.turns import list_turns, stop_turn
@@ -21,11 +22,12 @@ DELIVERIES = {
     canonical_pb2.DELIVERY_MODE_INTERRUPT: "interrupt",
 }
 MODES = {
-    canonical_pb2.COMPOSER_MODE_UNSPECIFIED: "agent",
-    canonical_pb2.COMPOSER_MODE_AGENT: "agent",
-    canonical_pb2.COMPOSER_MODE_PLAN: "plan",
-    canonical_pb2.COMPOSER_MODE_GOAL: "goal",
+    canonical_pb2.COMPOSER_MODE_UNSPECIFIED: ComposerMode.AGENT,
+    canonical_pb2.COMPOSER_MODE_AGENT: ComposerMode.AGENT,
+    canonical_pb2.COMPOSER_MODE_PLAN: ComposerMode.PLAN,
+    canonical_pb2.COMPOSER_MODE_GOAL: ComposerMode.GOAL,
 }
+"""Composer modes of the wire; unspecified means agent (HOST-MENT-1)."""
 
 
 class TurnRpcs:
@@ -48,7 +50,7 @@ class TurnRpcs:
                 target_turn_id=(
                     request.target_turn_id if request.HasField("target_turn_id") else None
                 ),
-                mode=MODES.get(request.mode, "agent"),
+                mode=MODES.get(request.mode, ComposerMode.AGENT),
                 content=request.content,
                 references=references,
             ),

@@ -1,0 +1,624 @@
+"""SQL of delete, restore, purge and the resource-cleanup outbox (HOST-DEL-*, HOST-CLEAN-1).
+
+Every statement that names a set of Sessions is chunked (``_CHUNK`` ids per ``IN`` list), so a
+5,000-Session tree never builds one enormous statement. Tree shape is read as
+:class:`TreeRow` values — the columns the deletion rules need and nothing else — and the rules
+themselves live in ``services.host.deletion``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import (
+    and_,
+    delete,
+    exists,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
+
+from services.host import activity_log
+from services.host.records import SessionRecord
+from services.host.repository.sessions import session_record
+from store.models import (
+    HostOperation,
+    Interaction,
+    Message,
+    ResourceCleanupOutbox,
+    RuntimeCommandOutbox,
+    Session,
+    Turn,
+)
+
+__all__ = [
+    "CleanupRow",
+    "DeletedListingQuery",
+    "DeletionRepository",
+    "PurgeCandidate",
+    "TreeRow",
+    "session_records",
+]
+
+_CHUNK = 500
+
+
+def _chunks(values: Sequence[str]) -> Iterator[list[str]]:
+    for start in range(0, len(values), _CHUNK):
+        yield list(values[start : start + _CHUNK])
+
+
+@dataclass(frozen=True)
+class TreeRow:
+    """One Session as the deletion rules see it."""
+
+    session_id: str
+    parent_session_id: str | None
+    root_session_id: str
+    deleted_at_unix_ms: int | None
+    deletion_generation: str | None
+    component_size: int | None
+    tombstone_legacy: bool
+    active_turn_id: str | None = None
+    updated_at_unix_ms: int = 0
+
+    @property
+    def is_live(self) -> bool:
+        """Whether the Session is not tombstoned."""
+        return self.deleted_at_unix_ms is None
+
+
+_TREE_COLUMNS = (
+    Session.session_id,
+    Session.parent_session_id,
+    Session.root_session_id,
+    Session.deleted_at_unix_ms,
+    Session.deletion_generation,
+    Session.component_size,
+    Session.tombstone_legacy,
+    Session.active_turn_id,
+    Session.updated_at_unix_ms,
+)
+
+
+def _tree_row(row: Sequence[object]) -> TreeRow:
+    return TreeRow(
+        session_id=str(row[0]),
+        parent_session_id=None if row[1] is None else str(row[1]),
+        root_session_id=str(row[2]),
+        deleted_at_unix_ms=None if row[3] is None else int(str(row[3])),
+        deletion_generation=None if row[4] is None else str(row[4]),
+        component_size=None if row[5] is None else int(str(row[5])),
+        tombstone_legacy=bool(row[6]),
+        active_turn_id=None if row[7] is None else str(row[7]),
+        updated_at_unix_ms=int(str(row[8])),
+    )
+
+
+@dataclass(frozen=True)
+class PurgeCandidate:
+    """A topmost tombstone a purge considers, in scan order."""
+
+    workspace_id: str
+    session_id: str
+    root_session_id: str
+    deleted_at_unix_ms: int
+
+
+@dataclass(frozen=True)
+class DeletedListingQuery:
+    """Which topmost tombstones ``ListDeletedSessions`` covers (HOST-DEL-7)."""
+
+    workspace_id: str
+    title_contains: str | None = None
+    section_key: str | None = None
+
+
+@dataclass(frozen=True)
+class CleanupRow:
+    """A pending resource-cleanup outbox row with its ownership facts (HOST-CLEAN-1)."""
+
+    workspace_id: str
+    session_id: str
+    purged_at_unix_ms: int
+    id_owned_anywhere: bool
+    live_owner_in_other_workspace: bool
+
+
+class DeletionRepository:
+    """Reads and writes what delete, restore, purge and the cleanup outbox touch."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._db = session
+
+    @property
+    def _postgres(self) -> bool:
+        return self._db.get_bind().dialect.name == "postgresql"
+
+    # ------------------------------------------------------------------------ tree reads
+
+    async def roots_of(self, workspace_id: str, session_ids: Sequence[str]) -> dict[str, str]:
+        """``session_id -> root_session_id`` of the ids that exist in the workspace."""
+        found: dict[str, str] = {}
+        for chunk in _chunks(sorted(set(session_ids))):
+            rows = await self._db.execute(
+                select(Session.session_id, Session.root_session_id).where(
+                    Session.workspace_id == workspace_id, Session.session_id.in_(chunk)
+                )
+            )
+            found.update({str(row[0]): str(row[1]) for row in rows})
+        return found
+
+    async def tree_rows(
+        self, workspace_id: str, root_ids: Iterable[str], *, lock: bool = False
+    ) -> list[TreeRow]:
+        """Every Session of the trees rooted at ``root_ids``.
+
+        ``lock`` takes ``FOR UPDATE`` row locks on Postgres, in ``session_id`` order, so a
+        concurrent child insert (whose foreign-key check needs a key-share lock on the
+        parent) waits for this transaction; SQLite's ``BEGIN IMMEDIATE`` already excludes
+        every other writer.
+        """
+        found: list[TreeRow] = []
+        if lock and self._postgres:
+            # Root rows first: every writer that settles Turns locks a tree root first
+            # (``SessionRowRepository.lock_with_root``), so the two never deadlock.
+            for chunk in _chunks(sorted(set(root_ids))):
+                await self._db.execute(
+                    select(Session.session_id)
+                    .where(Session.workspace_id == workspace_id, Session.session_id.in_(chunk))
+                    .order_by(Session.session_id)
+                    .with_for_update()
+                )
+        for chunk in _chunks(sorted(set(root_ids))):
+            query = (
+                select(*_TREE_COLUMNS)
+                .where(Session.workspace_id == workspace_id, Session.root_session_id.in_(chunk))
+                .order_by(Session.session_id)
+            )
+            if lock and self._postgres:
+                query = query.with_for_update()
+            found.extend(_tree_row(row) for row in await self._db.execute(query))
+        return found
+
+    # ---------------------------------------------------------------------- delete writes
+
+    async def tombstone(
+        self,
+        workspace_id: str,
+        session_ids: Sequence[str],
+        *,
+        deleted_at_unix_ms: int,
+        generation: str,
+        component_size: int,
+    ) -> None:
+        """Mark one component; ``updated_at`` and placement are deliberately untouched."""
+        for chunk in _chunks(session_ids):
+            await self._db.execute(
+                update(Session)
+                .where(Session.workspace_id == workspace_id, Session.session_id.in_(chunk))
+                .values(
+                    deleted_at_unix_ms=deleted_at_unix_ms,
+                    deletion_generation=generation,
+                    component_size=component_size,
+                    tombstone_legacy=False,
+                    active_turn_id=None,
+                )
+            )
+
+    async def keep_updated_at(self, workspace_id: str, original: dict[str, int]) -> None:
+        """Put back ``updated_at`` where quiescing moved it: delete never rewrites it."""
+        ids = sorted(original)
+        for chunk in _chunks(ids):
+            rows = await self._db.execute(
+                select(Session.session_id, Session.updated_at_unix_ms).where(
+                    Session.workspace_id == workspace_id, Session.session_id.in_(chunk)
+                )
+            )
+            for session_id, updated in [(str(r[0]), int(r[1])) for r in rows]:
+                if updated != original[session_id]:
+                    await self._db.execute(
+                        update(Session)
+                        .where(
+                            Session.workspace_id == workspace_id,
+                            Session.session_id == session_id,
+                        )
+                        .values(updated_at_unix_ms=original[session_id])
+                    )
+
+    async def clear_tombstones(self, workspace_id: str, session_ids: Sequence[str]) -> None:
+        """Restore: clear every tombstone column of these Sessions."""
+        for chunk in _chunks(session_ids):
+            await self._db.execute(
+                update(Session)
+                .where(Session.workspace_id == workspace_id, Session.session_id.in_(chunk))
+                .values(
+                    deleted_at_unix_ms=None,
+                    deletion_generation=None,
+                    component_size=None,
+                    tombstone_legacy=False,
+                )
+            )
+
+    async def active_turn_keys(
+        self, workspace_id: str, session_ids: Sequence[str]
+    ) -> list[tuple[str, str]]:
+        """``(session_id, turn_id)`` of every Turn before ``settled`` in these Sessions."""
+        keys: list[tuple[str, str]] = []
+        for chunk in _chunks(session_ids):
+            rows = await self._db.execute(
+                select(Turn.session_id, Turn.turn_id)
+                .where(
+                    Turn.workspace_id == workspace_id,
+                    Turn.session_id.in_(chunk),
+                    Turn.phase != "settled",
+                )
+                .order_by(Turn.session_id, Turn.created_at_unix_ms, Turn.turn_id)
+            )
+            keys.extend((str(row[0]), str(row[1])) for row in rows)
+        return keys
+
+    async def open_interaction_turns(
+        self, workspace_id: str, session_ids: Sequence[str]
+    ) -> tuple[list[tuple[str, str]], int]:
+        """Turns with pending/resolving Interactions in these Sessions, and how many."""
+        keys: set[tuple[str, str]] = set()
+        count = 0
+        for chunk in _chunks(session_ids):
+            rows = await self._db.execute(
+                select(Interaction.session_id, Interaction.turn_id, func.count())
+                .where(
+                    Interaction.workspace_id == workspace_id,
+                    Interaction.session_id.in_(chunk),
+                    Interaction.status.in_(("pending", "resolving")),
+                )
+                .group_by(Interaction.session_id, Interaction.turn_id)
+            )
+            for row in rows:
+                keys.add((str(row[0]), str(row[1])))
+                count += int(row[2])
+        return sorted(keys), count
+
+    async def settle_runtime_commands(
+        self, workspace_id: str, session_ids: Sequence[str], now: int
+    ) -> None:
+        """Unacknowledged runtime commands of deleted Sessions never run: fail them."""
+        for chunk in _chunks(session_ids):
+            await self._db.execute(
+                update(RuntimeCommandOutbox)
+                .where(
+                    RuntimeCommandOutbox.workspace_id == workspace_id,
+                    RuntimeCommandOutbox.session_id.in_(chunk),
+                    RuntimeCommandOutbox.state.in_(("pending", "dispatched")),
+                )
+                .values(state="failed", last_error="session_deleted", updated_at_unix_ms=now)
+            )
+
+    async def settle_host_operations(
+        self, workspace_id: str, session_ids: Sequence[str], now: int
+    ) -> None:
+        """Pending Host operations (fork, Goal, plan) of deleted Sessions fail for good."""
+        for chunk in _chunks(session_ids):
+            await self._db.execute(
+                update(HostOperation)
+                .where(
+                    HostOperation.workspace_id == workspace_id,
+                    HostOperation.session_id.in_(chunk),
+                    HostOperation.state == "pending",
+                )
+                .values(
+                    state="failed",
+                    error_json='{"reason":"SESSION_DELETED"}',
+                    lease_owner=None,
+                    lease_expires_at_unix_ms=None,
+                    version=HostOperation.version + 1,
+                    updated_at_unix_ms=now,
+                )
+            )
+
+    def note_deleted(
+        self, workspace_id: str, session_id: str, generation: str, deleted_at_unix_ms: int
+    ) -> None:
+        """Have the activity log write ``session_deleted`` in this transaction (HOST-DEL-6)."""
+        activity_log.note_session_deleted(
+            self._db,
+            workspace_id,
+            session_id,
+            generation=generation,
+            deleted_at_unix_ms=deleted_at_unix_ms,
+        )
+
+    def note_restored(self, workspace_id: str, session_id: str, generation: str) -> None:
+        """Have the activity log write ``session_restored`` in this transaction (HOST-DEL-8)."""
+        activity_log.note_session_restored(
+            self._db, workspace_id, session_id, generation=generation
+        )
+
+    # ------------------------------------------------------------------------- listing
+
+    def _topmost_clauses(self, query: DeletedListingQuery) -> list[object]:
+        parent = aliased(Session)
+        live_parent = exists().where(
+            parent.workspace_id == Session.workspace_id,
+            parent.session_id == Session.parent_session_id,
+            parent.deleted_at_unix_ms.is_(None),
+        )
+        clauses: list[object] = [
+            Session.workspace_id == query.workspace_id,
+            Session.deleted_at_unix_ms.is_not(None),
+            or_(Session.parent_session_id.is_(None), live_parent),
+        ]
+        if query.section_key is not None:
+            clauses.append(Session.rail_section_key == query.section_key)
+        if query.title_contains:
+            clauses.append(
+                func.lower(Session.title).contains(query.title_contains.lower(), autoescape=True)
+            )
+        return clauses
+
+    def deleted_page_query(
+        self, query: DeletedListingQuery, *, after: tuple[int, str] | None, limit: int
+    ) -> object:
+        """The page statement (exposed so the benchmark can show its query plan)."""
+        statement = select(Session).where(*self._topmost_clauses(query))  # type: ignore[arg-type]
+        if after is not None:
+            updated, session_id = after
+            statement = statement.where(
+                or_(
+                    Session.updated_at_unix_ms < updated,
+                    and_(Session.updated_at_unix_ms == updated, Session.session_id > session_id),
+                )
+            )
+        return (
+            statement.order_by(Session.updated_at_unix_ms.desc(), Session.session_id.asc())
+            .limit(limit)
+            .execution_options(populate_existing=True)
+        )
+
+    async def deleted_page(
+        self, query: DeletedListingQuery, *, after: tuple[int, str] | None, limit: int
+    ) -> tuple[list[Session], int]:
+        """Topmost tombstones after ``after`` (``limit`` rows) and the filtered total."""
+        total = (
+            await self._db.execute(
+                select(func.count()).select_from(Session).where(*self._topmost_clauses(query))  # type: ignore[arg-type]
+            )
+        ).scalar_one()
+        statement = self.deleted_page_query(query, after=after, limit=limit)
+        rows = (await self._db.execute(statement)).scalars().all()  # type: ignore[call-overload]
+        return list(rows), int(total)
+
+    # --------------------------------------------------------------------------- purge
+
+    async def purge_candidates(
+        self,
+        workspace_id: str | None,
+        cutoff_unix_ms: int | None,
+        *,
+        after: tuple[int, str, str] | None,
+        limit: int,
+    ) -> list[PurgeCandidate]:
+        """Topmost tombstones deleted at or before ``cutoff`` (``None``: any), oldest first.
+
+        Scan order is ``(deleted_at, workspace_id, session_id)``; ``after`` continues it.
+        """
+        parent = aliased(Session)
+        live_parent = exists().where(
+            parent.workspace_id == Session.workspace_id,
+            parent.session_id == Session.parent_session_id,
+            parent.deleted_at_unix_ms.is_(None),
+        )
+        statement = select(
+            Session.workspace_id,
+            Session.session_id,
+            Session.root_session_id,
+            Session.deleted_at_unix_ms,
+        ).where(
+            Session.deleted_at_unix_ms.is_not(None),
+            or_(Session.parent_session_id.is_(None), live_parent),
+        )
+        if workspace_id is not None:
+            statement = statement.where(Session.workspace_id == workspace_id)
+        if cutoff_unix_ms is not None:
+            statement = statement.where(Session.deleted_at_unix_ms <= cutoff_unix_ms)
+        if after is not None:
+            deleted_at, ws, sid = after
+            statement = statement.where(
+                or_(
+                    Session.deleted_at_unix_ms > deleted_at,
+                    and_(Session.deleted_at_unix_ms == deleted_at, Session.workspace_id > ws),
+                    and_(
+                        Session.deleted_at_unix_ms == deleted_at,
+                        Session.workspace_id == ws,
+                        Session.session_id > sid,
+                    ),
+                )
+            )
+        statement = statement.order_by(
+            Session.deleted_at_unix_ms, Session.workspace_id, Session.session_id
+        ).limit(limit)
+        return [
+            PurgeCandidate(str(row[0]), str(row[1]), str(row[2]), int(row[3] or 0))
+            for row in await self._db.execute(statement)
+        ]
+
+    async def volume_by_session(
+        self, workspace_id: str, session_ids: Sequence[str]
+    ) -> dict[str, tuple[int, int]]:
+        """Per Session: canonical rows a purge removes (itself, Turns, Messages, Interactions)
+        and stored message payload bytes."""
+        volume = {sid: [1, 0] for sid in session_ids}
+        for chunk in _chunks(session_ids):
+            messages = await self._db.execute(
+                select(
+                    Message.session_id,
+                    func.count(),
+                    func.coalesce(func.sum(func.length(Message.payload_json)), 0),
+                )
+                .where(Message.workspace_id == workspace_id, Message.session_id.in_(chunk))
+                .group_by(Message.session_id)
+            )
+            for row in messages:
+                volume[str(row[0])][0] += int(row[1])
+                volume[str(row[0])][1] += int(row[2])
+            for model in (Turn, Interaction):
+                counted = await self._db.execute(
+                    select(model.session_id, func.count())
+                    .where(model.workspace_id == workspace_id, model.session_id.in_(chunk))
+                    .group_by(model.session_id)
+                )
+                for row in counted:
+                    volume[str(row[0])][0] += int(row[1])
+        return {sid: (rows, size) for sid, (rows, size) in volume.items()}
+
+    async def delete_sessions(self, workspace_id: str, levels: Sequence[Sequence[str]]) -> int:
+        """Delete Sessions level by level, deepest level first (leaf-first, HOST-DEL-10).
+
+        Everything a Session owns goes with it (``ON DELETE CASCADE``); the parent edge is
+        ``NO ACTION``, so a child left behind would make the statement fail.
+
+        Returns:
+            How many ``sessions`` rows were deleted.
+        """
+        deleted = 0
+        for level in reversed(levels):
+            for chunk in _chunks(level):
+                result = await self._db.execute(
+                    delete(Session).where(
+                        Session.workspace_id == workspace_id, Session.session_id.in_(chunk)
+                    )
+                )
+                deleted += int(result.rowcount)  # type: ignore[attr-defined]
+        return deleted
+
+    async def insert_cleanup_rows(
+        self, workspace_id: str, session_ids: Sequence[str], now: int, reason: str
+    ) -> None:
+        """One resource-cleanup outbox row per purged (workspace, Session) (HOST-DEL-9).
+
+        A row already pending for the same key (an earlier purge of a reused id) is kept.
+        """
+        existing: set[str] = set()
+        for chunk in _chunks(session_ids):
+            rows = await self._db.execute(
+                select(ResourceCleanupOutbox.session_id).where(
+                    ResourceCleanupOutbox.workspace_id == workspace_id,
+                    ResourceCleanupOutbox.session_id.in_(chunk),
+                )
+            )
+            existing.update(str(row[0]) for row in rows)
+        fresh = [sid for sid in session_ids if sid not in existing]
+        for start in range(0, len(fresh), _CHUNK):
+            await self._db.execute(
+                insert(ResourceCleanupOutbox),
+                [
+                    {
+                        "workspace_id": workspace_id,
+                        "session_id": sid,
+                        "purged_at_unix_ms": now,
+                        "reason": reason,
+                    }
+                    for sid in fresh[start : start + _CHUNK]
+                ],
+            )
+
+    # ----------------------------------------------------------------- cleanup outbox
+
+    async def pending_cleanups(
+        self, workspace_id: str | None, *, after: tuple[int, str, str] | None, limit: int
+    ) -> list[CleanupRow]:
+        """Pending outbox rows with ownership facts, ``(purged_at, workspace, session)`` order."""
+        owner = aliased(Session)
+        live_other = aliased(Session)
+        owned = (
+            exists()
+            .where(owner.session_id == ResourceCleanupOutbox.session_id)
+            .correlate(ResourceCleanupOutbox)
+        )
+        other = (
+            exists()
+            .where(
+                live_other.session_id == ResourceCleanupOutbox.session_id,
+                live_other.workspace_id != ResourceCleanupOutbox.workspace_id,
+                live_other.deleted_at_unix_ms.is_(None),
+            )
+            .correlate(ResourceCleanupOutbox)
+        )
+        statement = select(
+            ResourceCleanupOutbox.workspace_id,
+            ResourceCleanupOutbox.session_id,
+            ResourceCleanupOutbox.purged_at_unix_ms,
+            owned.label("owned"),
+            other.label("other"),
+        )
+        if workspace_id is not None:
+            statement = statement.where(ResourceCleanupOutbox.workspace_id == workspace_id)
+        if after is not None:
+            purged_at, ws, sid = after
+            statement = statement.where(
+                or_(
+                    ResourceCleanupOutbox.purged_at_unix_ms > purged_at,
+                    and_(
+                        ResourceCleanupOutbox.purged_at_unix_ms == purged_at,
+                        ResourceCleanupOutbox.workspace_id > ws,
+                    ),
+                    and_(
+                        ResourceCleanupOutbox.purged_at_unix_ms == purged_at,
+                        ResourceCleanupOutbox.workspace_id == ws,
+                        ResourceCleanupOutbox.session_id > sid,
+                    ),
+                )
+            )
+        statement = statement.order_by(
+            ResourceCleanupOutbox.purged_at_unix_ms,
+            ResourceCleanupOutbox.workspace_id,
+            ResourceCleanupOutbox.session_id,
+        ).limit(limit)
+        return [
+            CleanupRow(str(row[0]), str(row[1]), int(row[2]), bool(row[3]), bool(row[4]))
+            for row in await self._db.execute(statement)
+        ]
+
+    async def records(self, workspace_id: str, session_ids: Sequence[str]) -> list[SessionRecord]:
+        """Full Session records of ``session_ids``, in that order (missing ids skipped)."""
+        found = await session_records(self._db, workspace_id, session_ids)
+        return [found[sid] for sid in session_ids if sid in found]
+
+    async def complete_cleanup(self, workspace_id: str, session_id: str) -> tuple[bool, bool]:
+        """Delete one outbox row; returns (a row was deleted, no row for the id remains)."""
+        result = await self._db.execute(
+            delete(ResourceCleanupOutbox).where(
+                ResourceCleanupOutbox.workspace_id == workspace_id,
+                ResourceCleanupOutbox.session_id == session_id,
+            )
+        )
+        remaining = (
+            await self._db.execute(
+                select(literal(True)).where(ResourceCleanupOutbox.session_id == session_id).limit(1)
+            )
+        ).first()
+        return int(result.rowcount) > 0, remaining is None  # type: ignore[attr-defined]
+
+
+async def session_records(
+    db: AsyncSession, workspace_id: str, session_ids: Sequence[str]
+) -> dict[str, SessionRecord]:
+    """Full Session records of these ids (one query per chunk), keyed by id."""
+    found: dict[str, SessionRecord] = {}
+    for chunk in _chunks(session_ids):
+        rows = (
+            await db.execute(
+                select(Session)
+                .where(Session.workspace_id == workspace_id, Session.session_id.in_(chunk))
+                .execution_options(populate_existing=True)
+            )
+        ).scalars()
+        found.update({row.session_id: session_record(row) for row in rows})
+    return found

@@ -1,0 +1,62 @@
+"""``WatchActivity``: the workspace activity feed for internal consumers (HOST-OBS-2)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from agentactivity.host.v1 import activity_pb2, host_pb2
+from domainerrors import InvalidArgument
+from grpcserver.auth import Role, current_principal
+from services.host.activity_feed import WatchDelta, WatchReady, watch_activity
+from services.host.context import HostContext
+from services.host.wire.activity_codec import delta_to_proto, stored_to_proto
+
+CURSOR_BOUND = 2**53 - 1
+
+
+class WatchRpcs:
+    """Serves ``WatchActivity``."""
+
+    ctx: HostContext
+
+    async def WatchActivity(
+        self, request: host_pb2.WatchActivityRequest, context: Any
+    ) -> AsyncIterator[host_pb2.WatchActivityResponse]:
+        """Stream a workspace's feed: ready marker, durable catch-up, then live events.
+
+        Auth: ``service`` or ``admin`` with access to the workspace (livestream is the
+        consumer). Errors: INVALID_ARGUMENT (missing workspace, cursor above 2^53-1),
+        OUT_OF_RANGE ``EVENT_CURSOR_EXPIRED``, RESOURCE_EXHAUSTED ``WATCH_CONSUMER_TOO_SLOW``.
+        """
+        principal = current_principal()
+        principal.require_role(Role.SERVICE, Role.ADMIN)
+        if not request.workspace_id:
+            raise InvalidArgument.for_field("workspace_id", "workspace_id is required")
+        principal.require_workspace(request.workspace_id)
+        after = request.after_event_id if request.HasField("after_event_id") else None
+        if after is not None and not 0 <= after <= CURSOR_BOUND:
+            raise InvalidArgument.for_field(
+                "after_event_id", "after_event_id must be within [0, 2^53-1]"
+            )
+        async for item in watch_activity(
+            self.ctx.activity, self.ctx.database, request.workspace_id, after
+        ):
+            if isinstance(item, WatchReady):
+                yield host_pb2.WatchActivityResponse(
+                    ready=activity_pb2.ActivityStreamReady(
+                        workspace_id=item.workspace_id,
+                        head_event_id=item.head_event_id,
+                        oldest_retained_event_id=item.oldest_retained_event_id,
+                    )
+                )
+            elif isinstance(item, WatchDelta):
+                event = activity_pb2.ActivityEvent(
+                    event_id=item.after_event_id,
+                    workspace_id=item.delta.workspace_id,
+                    occurred_at_unix_ms=item.received_at_unix_ms,
+                )
+                event.message_delta.delta.CopyFrom(delta_to_proto(item.delta))
+                yield host_pb2.WatchActivityResponse(event=event)
+            else:
+                yield host_pb2.WatchActivityResponse(event=stored_to_proto(item))

@@ -1,0 +1,239 @@
+"""Crash safety of purge and batch delete: a real host process killed with SIGKILL.
+
+A purge removes each tree in its own transaction and a batch delete tombstones its whole
+closure in one, so after a kill at any moment and a restart every tree is either fully
+present or fully gone, and no component has mixed generations (HOST-DEL-1, HOST-DEL-3,
+HOST-DEL-9).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+import yaml
+from sqlalchemy import Engine, func, insert, select
+
+from agentactivity.host.v1 import host_pb2, host_pb2_grpc
+from grpcserver.auth import token_digest
+from store.engine import create_sync_engine_for
+from store.models import ResourceCleanupOutbox, Session
+from tests.support.session_trees import add_messages
+
+pytestmark = pytest.mark.slow
+
+TREES = 400
+PER_TREE = 4  # a root and three children
+TOKEN = "crash-secret"
+
+
+@pytest.fixture
+def engine(migrated_db_url: str) -> Iterator[Engine]:
+    created = create_sync_engine_for(migrated_db_url)
+    yield created
+    created.dispose()
+
+
+def _start(tmp_path: Path, url: str) -> tuple[subprocess.Popen[bytes], str]:
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(
+        yaml.safe_dump(
+            {
+                "tokens": [
+                    {
+                        "subject": "ops",
+                        "role": "admin",
+                        "workspaces": ["*"],
+                        "sha256": token_digest(TOKEN),
+                    }
+                ]
+            }
+        )
+    )
+    port_file = tmp_path / "port"
+    port_file.unlink(missing_ok=True)
+    env = dict(
+        os.environ,
+        TUTTI_LISTEN_ADDRESS="127.0.0.1:0",
+        TUTTI_AUTH_TOKENS_FILE=str(tokens),
+        TUTTI_DATABASE_URL=url,
+        TUTTI_DATA_DIR=str(tmp_path / "data"),
+        TUTTI_LOG_FORMAT="text",
+        TUTTI_REFLECTION="false",
+    )
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from tutti.cli import main; main()",
+            "serve",
+            "host",
+            "--port-file",
+            str(port_file),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while not (port_file.exists() and port_file.read_text().strip()):
+        assert process.poll() is None, "server exited during start"
+        assert time.monotonic() < deadline, "server did not start"
+        time.sleep(0.05)
+    return process, f"127.0.0.1:{port_file.read_text().strip()}"
+
+
+def _seed(engine: Engine, *, deleted: bool) -> None:
+    rows = []
+    for tree in range(TREES):
+        root = f"t{tree:04d}"
+        for member in range(PER_TREE):
+            sid = root if member == 0 else f"{root}-c{member}"
+            rows.append(
+                {
+                    "workspace_id": "ws-1",
+                    "session_id": sid,
+                    "parent_session_id": None if member == 0 else root,
+                    "root_session_id": root,
+                    "provider": "demo",
+                    "rail_section_key": "conversations",
+                    "created_at_unix_ms": 1_000,
+                    "updated_at_unix_ms": 1_000,
+                    "deleted_at_unix_ms": 500 if deleted else None,
+                    "deletion_generation": f"g-{root}" if deleted else None,
+                    "component_size": PER_TREE if deleted else None,
+                }
+            )
+    with engine.begin() as connection:
+        connection.execute(insert(Session), rows)
+    add_messages(engine, [str(row["session_id"]) for row in rows], 5)
+
+
+def _trees(engine: Engine) -> dict[str, list[tuple[int | None, str | None, int | None]]]:
+    with engine.connect() as connection:
+        rows = connection.execute(
+            select(
+                Session.root_session_id,
+                Session.deleted_at_unix_ms,
+                Session.deletion_generation,
+                Session.component_size,
+            )
+        ).all()
+    trees: dict[str, list[tuple[int | None, str | None, int | None]]] = {}
+    for root, deleted_at, generation, size in rows:
+        trees.setdefault(root, []).append((deleted_at, generation, size))
+    return trees
+
+
+def _call_in_background(address: str, method: str, request: object) -> threading.Thread:
+    def call() -> None:
+        with grpc.insecure_channel(address) as channel:
+            stub = host_pb2_grpc.HostServiceStub(channel)
+            with contextlib.suppress(grpc.RpcError):  # the server is killed under the call
+                getattr(stub, method)(
+                    request, metadata=(("authorization", f"Bearer {TOKEN}"),), timeout=60
+                )
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    return thread
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=10)
+
+
+def _restart_answers(tmp_path: Path, url: str) -> None:
+    process, address = _start(tmp_path, url)
+    try:
+        with grpc.insecure_channel(address) as channel:
+            stub = host_pb2_grpc.HostServiceStub(channel)
+            page = stub.ListDeletedSessions(
+                host_pb2.ListDeletedSessionsRequest(workspace_id="ws-1", limit=200),
+                metadata=(("authorization", f"Bearer {TOKEN}"),),
+                timeout=30,
+            )
+            assert all(item.restorable for item in page.items)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@pytest.mark.spec("HOST-DEL-9")
+def test_a_purge_killed_midway_leaves_every_tree_whole_or_gone(
+    tmp_path: Path, migrated_db_url: str, engine: Engine
+) -> None:
+    _seed(engine, deleted=True)
+    process, address = _start(tmp_path, migrated_db_url)
+    try:
+        _call_in_background(
+            address,
+            "PurgeDeletedSessions",
+            host_pb2.PurgeDeletedSessionsRequest(cutoff_unix_ms=10_000, max_trees=TREES),
+        )
+        deadline = time.monotonic() + 30
+        while True:  # kill once the purge has committed some trees, before it finishes
+            with engine.connect() as connection:
+                done = connection.execute(
+                    select(func.count()).select_from(ResourceCleanupOutbox)
+                ).scalar_one()
+            if done >= PER_TREE * 5 or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+    finally:
+        _kill(process)
+    trees = _trees(engine)
+    assert 0 < len(trees) < TREES, "the kill did not land in the middle of the purge"
+    for root, members in trees.items():
+        assert len(members) == PER_TREE, root
+        assert set(members) == {(500, f"g-{root}", PER_TREE)}
+    with engine.connect() as connection:
+        cleaned = {row[0] for row in connection.execute(select(ResourceCleanupOutbox.session_id))}
+    purged_roots = {f"t{tree:04d}" for tree in range(TREES)} - set(trees)
+    assert cleaned == {
+        sid
+        for root in purged_roots
+        for sid in [root, *(f"{root}-c{m}" for m in range(1, PER_TREE))]
+    }
+    _restart_answers(tmp_path, migrated_db_url)
+
+
+@pytest.mark.spec("HOST-DEL-1", "HOST-DEL-3")
+def test_a_batch_delete_killed_midway_is_all_or_nothing(
+    tmp_path: Path, migrated_db_url: str, engine: Engine
+) -> None:
+    _seed(engine, deleted=False)
+    process, address = _start(tmp_path, migrated_db_url)
+    try:
+        thread = _call_in_background(
+            address,
+            "DeleteSessions",
+            host_pb2.DeleteSessionsRequest(
+                workspace_id="ws-1", session_ids=[f"t{tree:04d}" for tree in range(TREES)]
+            ),
+        )
+        thread.join(timeout=0.4)
+    finally:
+        _kill(process)
+    trees = _trees(engine)
+    assert len(trees) == TREES
+    states = {members[0][0] is None for members in trees.values()}
+    assert len(states) == 1, "a batch delete is one transaction: all or nothing"
+    for root, members in trees.items():
+        assert len(members) == PER_TREE
+        assert len(set(members)) == 1, f"mixed tombstone state in {root}: {members}"
+        deleted_at, generation, size = members[0]
+        assert (deleted_at is None) == (generation is None) == (size is None)
+        if size is not None:
+            assert size == PER_TREE
+    _restart_answers(tmp_path, migrated_db_url)
