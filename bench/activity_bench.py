@@ -1,4 +1,4 @@
-"""Runtime delta -> ``WatchActivity`` consumer, beside a bare gRPC server-stream of the same payloads.
+"""Runtime delta -> ``WatchActivity`` consumer, beside a bare gRPC server-stream of the same data.
 
 Run: ``.venv/bin/python -m bench.activity_bench [--rate 1000] [--seconds 3] [--burst 20000]``
 
@@ -59,7 +59,12 @@ def _registry() -> TokenRegistry:
     return TokenRegistry.from_entries(
         [
             {"subject": "a", "role": "admin", "workspaces": ["*"], "sha256": token_digest(ADMIN)},
-            {"subject": "s", "role": "service", "workspaces": ["*"], "sha256": token_digest(SERVICE)},
+            {
+                "subject": "s",
+                "role": "service",
+                "workspaces": ["*"],
+                "sha256": token_digest(SERVICE),
+            },
         ]
     )
 
@@ -143,7 +148,7 @@ def _measure_host(address: str, rate: float, seconds: float, burst: int) -> dict
     )
     host.CreateSession(
         host_pb2.CreateSessionRequest(
-            workspace_id=WS, agent_target_id="bench", session_id="s1", cwd="/tmp"
+            workspace_id=WS, agent_target_id="bench", session_id="s1", cwd="/"
         ),
         metadata=ADMIN_MD,
     )
@@ -233,10 +238,16 @@ def _run_phases(
         assert first.WhichOneof("item") == "ready"
         latencies: list[float] = []
         elapsed: list[float] = []
-        reader = threading.Thread(
-            target=lambda s=stream, c=count, lat=latencies: elapsed.append(_consume(s, c, lat)),
-            daemon=True,
-        )
+
+        def consume(
+            stream: Any = stream,
+            count: int = count,
+            into: list[float] = elapsed,
+            latencies: list[float] = latencies,
+        ) -> None:
+            into.append(_consume(stream, count, latencies))
+
+        reader = threading.Thread(target=consume, daemon=True)
         reader.start()
         indexes = _paced(count, pace) if pace else iter(range(count))
         for index in indexes:

@@ -121,7 +121,22 @@ def seed_purge_trees(url: str) -> int:
                 )
     _bulk(url, Session, sessions)
     _bulk(url, Message, messages)
+    _analyze(url)
     return len(sessions) + len(messages)
+
+
+def _analyze(url: str) -> None:
+    """Refresh planner statistics after a bulk load, as autovacuum would (Postgres only)."""
+    if not url.startswith("postgresql"):
+        return
+    engine = create_sync_engine_for(url)
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("ANALYZE sessions"))
+            connection.execute(text("ANALYZE messages"))
+            connection.commit()
+    finally:
+        engine.dispose()
 
 
 def raw_delete(url: str) -> float:
@@ -201,6 +216,7 @@ def seed_big_tree(url: str) -> str:
         grandchildren = 98 if child == 49 else 99  # exactly 5,000 Sessions
         rows.extend(_session_row(f"{cid}-{g}", cid, root) for g in range(grandchildren))
     _bulk(url, Session, rows)
+    _analyze(url)
     return root
 
 
@@ -244,6 +260,7 @@ def seed_listing(url: str) -> None:
         for i in range(LISTING_TOMBSTONES)
     ]
     _bulk(url, Session, rows)
+    _analyze(url)
 
 
 def query_plan(url: str) -> str:

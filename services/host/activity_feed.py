@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -213,7 +213,7 @@ class _LiveTexts:
 
 async def watch_activity(
     feed: ActivityFeed, database: Database, workspace_id: str, after_event_id: int | None
-) -> AsyncIterator[WatchItem]:
+) -> AsyncGenerator[WatchItem, None]:
     """The ``WatchActivity`` stream of one consumer (see the module docstring).
 
     Raises:

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 
 def _tutti(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(  # noqa: S603 - our own interpreter and module
+    return subprocess.run(
         [sys.executable, "-m", "tutti", *args],
         env=env,
         capture_output=True,
@@ -49,7 +49,7 @@ def _pump(stream: object, into: list[str]) -> threading.Thread:
 def test_a_newcomer_watches_the_demo_agent_work_and_answers_its_question(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUTTI_")}
     env.update(TUTTI_DEMO_STEP_DELAY_SECONDS="0.01", TUTTI_LOG_FORMAT="text")
-    suite = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+    suite = subprocess.Popen(
         [sys.executable, "-m", "tutti", "up", "--data-dir", str(tmp_path), "--base-port", "0"],
         env=env,
         stdout=subprocess.PIPE,
@@ -72,11 +72,12 @@ def test_a_newcomer_watches_the_demo_agent_work_and_answers_its_question(tmp_pat
         plain = _tutti("session", "send", "hello there", "--follow", env=cli_env)
         assert plain.returncode == 0, plain.stderr
         assert "Demo agent here." in plain.stdout
-        assert "[tool output]" in plain.stdout and "[1] hello there" in plain.stdout
+        assert "[tool output]" in plain.stdout
+        assert "[1] hello there" in plain.stdout
         assert "TURN_OUTCOME_COMPLETED" in plain.stdout
 
         # 2. A prompt asking for permission waits until the CLI answers it.
-        follower = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+        follower = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
@@ -101,7 +102,8 @@ def test_a_newcomer_watches_the_demo_agent_work_and_answers_its_question(tmp_pat
         assert follower.stdout is not None
         follower.stdout.close()
         text = "".join(follow_output)
-        assert "I ran a pretend tool" in text and "TURN_OUTCOME_COMPLETED" in text
+        assert "I ran a pretend tool" in text
+        assert "TURN_OUTCOME_COMPLETED" in text
 
         # 3. An @agent delegation: the demo reports the Task call it would make.
         delegated = _tutti("session", "send", "@explorer look around", "--follow", env=cli_env)

@@ -1,0 +1,91 @@
+"""The event log at the store seam: observer failure, slow consumers, rollback (HOST-OBS-1/2)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from domainerrors import ResourceExhausted
+from services.host.activity_broker import CommittedBatch, LiveDelta
+from services.host.activity_events import MessageDelta
+from services.host.activity_feed import ActivityFeed, FeedSettings, WatchReady, watch_activity
+from services.host.activity_log import note_session_changed
+from services.host.wire.activity_codec import ProtoEventCodec
+from store.database import Database
+from store.models import ActivityEvent
+from store.transactions import TransactionRunner, UnitOfWork
+
+
+def _scope(session: AsyncSession, uow: UnitOfWork) -> AsyncSession:
+    return session
+
+
+async def _count(database: Database) -> int:
+    async with AsyncSession(database.engine) as db:
+        return int((await db.execute(select(func.count()).select_from(ActivityEvent))).scalar_one())
+
+
+@pytest.mark.spec("HOST-OBS-1")
+def test_observer_failure_never_undoes_the_commit_and_rollback_writes_nothing(
+    migrated_db_url: str,
+) -> None:
+    async def scenario() -> None:
+        database = Database(migrated_db_url)
+        await database.start()
+        feed = ActivityFeed(lambda: 1_000, ProtoEventCodec())
+        await feed.start(database)
+        seen: list[CommittedBatch] = []
+
+        def broken(batch: CommittedBatch) -> None:
+            seen.append(batch)
+            raise RuntimeError("observer down")
+
+        feed.broker.add_observer(broken)
+        runner = TransactionRunner(database.engine, scope=_scope)
+
+        async def change(session: AsyncSession) -> str:
+            note_session_changed(session, "ws-1", "s1")
+            return "committed"
+
+        assert await runner.run(change) == "committed"
+        assert await _count(database) == 1
+        assert seen
+        assert seen[0].events[0].event_type == "session_reconcile_required"
+
+        async def failing(session: AsyncSession) -> None:
+            note_session_changed(session, "ws-1", "s2")
+            raise ValueError("the command fails")
+
+        with pytest.raises(ValueError, match="command fails"):
+            await runner.run(failing)
+        assert await _count(database) == 1  # no event without its change
+        await feed.stop(database)
+        await database.stop()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.spec("HOST-OBS-2")
+def test_a_slow_consumer_gets_a_typed_error_not_unbounded_memory(migrated_db_url: str) -> None:
+    async def scenario() -> None:
+        database = Database(migrated_db_url)
+        await database.start()
+        feed = ActivityFeed(lambda: 1_000, ProtoEventCodec(), FeedSettings(queue_max_items=5))
+        await feed.start(database)
+        stream = watch_activity(feed, database, "ws-1", None)
+        assert isinstance(await anext(stream), WatchReady)
+        delta = MessageDelta("ws-1", "s1", "t1", "m1", "text", "append_text", "x")
+        for _ in range(10):
+            feed.broker.publish_delta(LiveDelta(delta, 1))
+        with pytest.raises(ResourceExhausted) as failure:
+            await anext(stream)
+        assert failure.value.reason == "WATCH_CONSUMER_TOO_SLOW"
+        await stream.aclose()
+        assert feed.broker.subscriber_count() == 0
+        await feed.stop(database)
+        await database.stop()
+
+    asyncio.run(scenario())
