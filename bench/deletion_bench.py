@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import create_engine, insert, text
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.pool import NullPool
 
 from bench.stats import Summary, summarize, write_results
@@ -271,7 +270,7 @@ def query_plan(url: str) -> str:
         statement: Any = repository.deleted_page_query(
             DeletedListingQuery(WS), after=None, limit=51
         )
-        dialect = postgresql.dialect() if url.startswith("postgresql") else sqlite.dialect()
+        dialect = engine.dialect
         compiled = str(statement.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
         prefix = "EXPLAIN " if url.startswith("postgresql") else "EXPLAIN QUERY PLAN "
         with engine.connect() as connection:

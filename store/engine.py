@@ -13,6 +13,10 @@ work as documented (see :data:`SQLITE_BEGIN_OPTION`).
 
 from __future__ import annotations
 
+import asyncio
+import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any, Final
 
 from sqlalchemy import Engine, create_engine, event
@@ -23,10 +27,12 @@ from sqlalchemy.pool import ConnectionPoolEntry
 __all__ = [
     "DEFAULT_SQLITE_BUSY_TIMEOUT_MS",
     "SQLITE_BEGIN_OPTION",
+    "SqliteWriteSlotTimeout",
     "async_url",
     "backend_name",
     "create_async_engine_for",
     "create_sync_engine_for",
+    "sqlite_write_slot",
     "sync_url",
 ]
 
@@ -85,6 +91,68 @@ def async_url(url: str | URL) -> str:
         # psycopg 3 serves both; create_async_engine picks its asyncio implementation.
         driver = "postgresql+psycopg"
     return parsed.set(drivername=driver).render_as_string(hide_password=False)
+
+
+class SqliteWriteSlotTimeout(TimeoutError):
+    """This process waited longer than the busy timeout for its turn to write."""
+
+
+class _WriteGate:
+    """The queue of one SQLite engine's write transactions in this process.
+
+    SQLite admits one writer at a time. Without a queue, concurrent ``BEGIN IMMEDIATE`` calls
+    wait in SQLite's busy handler, which sleeps and polls: latency grows with the number of
+    writers and a writer can starve past the busy timeout. Writers of this process therefore
+    queue on an ``asyncio.Lock`` (first come, first served) and only the head of the queue
+    talks to SQLite; other processes on the same file still meet the busy timeout.
+    """
+
+    def __init__(self, timeout_seconds: float) -> None:
+        self.timeout_seconds = timeout_seconds
+        # One lock per event loop: an asyncio.Lock belongs to the loop that first waits on it.
+        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def lock(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        lock = self._locks.get(loop)
+        if lock is None:
+            lock = self._locks[loop] = asyncio.Lock()
+        return lock
+
+
+_WRITE_GATES: weakref.WeakKeyDictionary[Engine, _WriteGate] = weakref.WeakKeyDictionary()
+
+
+@asynccontextmanager
+async def sqlite_write_slot(engine: AsyncEngine) -> AsyncIterator[None]:
+    """Hold this process's write slot of a SQLite ``engine`` (a no-op on Postgres).
+
+    Every write transaction of an async SQLite engine begins inside this context (the
+    ``store.transactions`` helpers do it), so this process's writers queue in order instead of
+    polling SQLite's lock. Holding it while already holding it on the same engine would wait
+    for itself: never nest write transactions.
+
+    Raises:
+        SqliteWriteSlotTimeout: the slot did not come free within the busy timeout.
+    """
+    gate = _WRITE_GATES.get(engine.sync_engine)
+    if gate is None:
+        yield
+        return
+    lock = gate.lock()
+    try:
+        async with asyncio.timeout(gate.timeout_seconds):
+            await lock.acquire()
+    except TimeoutError as exc:
+        raise SqliteWriteSlotTimeout(
+            f"no SQLite write slot within {gate.timeout_seconds:g} s"
+        ) from exc
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _install_sqlite_listeners(engine: Engine, busy_timeout_ms: int) -> None:
@@ -163,6 +231,7 @@ def create_async_engine_for(
     if backend_name(normalized) == "sqlite":
         engine = create_async_engine(normalized, echo=echo, **engine_kwargs)
         _install_sqlite_listeners(engine.sync_engine, sqlite_busy_timeout_ms)
+        _WRITE_GATES[engine.sync_engine] = _WriteGate(sqlite_busy_timeout_ms / 1000)
         return engine
     engine_kwargs.setdefault("pool_pre_ping", True)
     return create_async_engine(normalized, echo=echo, **engine_kwargs)

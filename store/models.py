@@ -521,6 +521,8 @@ class RuntimeCommandOutbox(Base):
 
     A dispatcher sends ``pending`` rows (retrying with backoff, also after a restart) and marks
     them ``dispatched`` / ``completed`` / ``failed``. ``command_id`` makes dispatch idempotent.
+    An acknowledged row is deleted unless an open response operation may still re-dispatch it
+    (ADR 0013), so the table holds open work only.
     """
 
     __tablename__ = "runtime_command_outbox"
@@ -549,6 +551,9 @@ class RuntimeCommandOutbox(Base):
         UniqueConstraint("workspace_id", "command_id"),
         CheckConstraint(_in("state", OUTBOX_STATES), name="state"),
         Index("ix_runtime_command_outbox_due", "state", "next_attempt_at_unix_ms"),
+        # A CommandAck names only the command id; dispatch reads one Session's open rows.
+        Index("ix_runtime_command_outbox_command", "command_id"),
+        Index("ix_runtime_command_outbox_session", "workspace_id", "session_id", "state"),
         {"sqlite_autoincrement": True},
     )
 

@@ -28,12 +28,14 @@ Example::
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Generic, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from store.engine import SQLITE_BEGIN_OPTION
+from store.contention import retryable_error
+from store.engine import SQLITE_BEGIN_OPTION, sqlite_write_slot
 
 __all__ = [
     "CommitHook",
@@ -42,6 +44,7 @@ __all__ = [
     "TransactionRunner",
     "UnitOfWork",
     "UnitOfWorkClosedError",
+    "write_session",
 ]
 
 _log = logging.getLogger(__name__)
@@ -114,6 +117,34 @@ class UnitOfWork:
         return hooks
 
 
+@asynccontextmanager
+async def write_session(engine: AsyncEngine) -> AsyncIterator[AsyncSession]:
+    """One write transaction outside a :class:`TransactionRunner` (maintenance jobs).
+
+    Like ``TransactionRunner.run(..., write=True)``: the transaction waits for this
+    process's SQLite write slot, begins ``IMMEDIATE``, commits when the block ends and rolls
+    back when it raises; contention surfaces as ``Unavailable``/``Aborted``
+    (``store.contention``).
+    """
+    try:
+        async with (
+            sqlite_write_slot(engine),
+            AsyncSession(engine, expire_on_commit=False) as session,
+        ):
+            await session.connection(execution_options={SQLITE_BEGIN_OPTION: "IMMEDIATE"})
+            try:
+                yield session
+                await session.commit()
+            except BaseException:
+                await session.rollback()
+                raise
+    except Exception as exc:
+        mapped = retryable_error(exc)
+        if mapped is None:
+            raise
+        raise mapped from exc
+
+
 class TransactionRunner(Generic[ScopeT]):
     """Runs domain commands, each in one transaction with its participants.
 
@@ -147,18 +178,49 @@ class TransactionRunner(Generic[ScopeT]):
         Args:
             command: the domain command; receives the scope built for this transaction.
             participants: caller-owned participants for this command only.
-            write: the transaction writes. On SQLite it then begins ``IMMEDIATE`` (takes the
-                write lock up front, so a read-then-write cannot fail on a stale snapshot).
+            write: the transaction writes. On SQLite it then waits for this process's write
+                slot (``store.engine.sqlite_write_slot``: writers queue instead of polling
+                SQLite's lock) and begins ``IMMEDIATE`` (takes the write lock up front, so a
+                read-then-write cannot fail on a stale snapshot). Post-commit hooks run after
+                the slot is released.
 
         Returns:
             What ``command`` returned.
 
         Raises:
+            domainerrors.Unavailable: ``STORE_BUSY``, the store did not admit the transaction
+                in time (``store.contention``); nothing was committed.
+            domainerrors.Aborted: ``STORE_CONFLICT``, the database aborted the transaction
+                (serialization failure, deadlock); nothing was committed.
             Exception: whatever the command or a participant raised; nothing was committed.
         """
         unit = UnitOfWork((*self._standing, *participants))
+        try:
+            result = await self._run_once(command, unit, write=write)
+        except Exception as exc:
+            mapped = retryable_error(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
+        for hook in unit._close():
+            try:
+                await hook()
+            except Exception:  # noqa: BLE001 - a post-commit hook never undoes a commit
+                _log.exception("post-commit hook %r failed", hook)
+        return result
+
+    async def _run_once(
+        self,
+        command: Callable[[ScopeT], Awaitable[ResultT]],
+        unit: UnitOfWork,
+        *,
+        write: bool,
+    ) -> ResultT:
         begin = "IMMEDIATE" if write else "DEFERRED"
-        async with AsyncSession(self._engine, expire_on_commit=False) as session:
+        async with (
+            sqlite_write_slot(self._engine) if write else _no_slot(),
+            AsyncSession(self._engine, expire_on_commit=False) as session,
+        ):
             try:
                 await session.connection(execution_options={SQLITE_BEGIN_OPTION: begin})
                 result = await command(self._scope(session, unit))
@@ -169,9 +231,9 @@ class TransactionRunner(Generic[ScopeT]):
                 unit._close()
                 await session.rollback()
                 raise
-        for hook in unit._close():
-            try:
-                await hook()
-            except Exception:  # noqa: BLE001 - a post-commit hook never undoes a commit
-                _log.exception("post-commit hook %r failed", hook)
         return result
+
+
+@asynccontextmanager
+async def _no_slot() -> AsyncIterator[None]:
+    yield

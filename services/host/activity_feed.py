@@ -50,6 +50,7 @@ from services.host.activity_log import ActivityLog
 from services.host.activity_store.events import EventReader, LogBounds, StoredEvent
 from services.host.delta_lane import DeltaLane
 from store.database import Database
+from store.transactions import write_session
 
 __all__ = [
     "ActivityFeed",
@@ -120,7 +121,7 @@ class ActivityFeed:
     async def prune(self, database: Database) -> int:
         """Apply the retention bound once; returns the number of deleted rows."""
         cutoff = self.clock() - int(self.settings.retention_seconds * 1000)
-        async with AsyncSession(database.engine) as db, db.begin():
+        async with write_session(database.engine) as db:
             return await EventReader(db).prune(
                 older_than_unix_ms=cutoff, keep_newest=self.settings.max_rows
             )

@@ -48,7 +48,7 @@ DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_COMPONENTS = 100
 SCAN_BATCH = 200
 TREES_PER_TRANSACTION = 64
-"""Small eligible trees removed per write transaction (each tree whole; ADR 0015)."""
+"""Small eligible trees removed per write transaction (each tree whole; ADR 0016)."""
 ROWS_PER_TRANSACTION = 20_000
 """A batch closes before it would exceed this many canonical rows (one big tree goes alone)."""
 CLEANUP_REASON = "purged"
@@ -193,7 +193,7 @@ async def purge_trees(
     again (another ``deleted_at`` or generation), added or gone, or it is no longer topmost.
     The verified trees are then deleted leaf-first together with one cleanup-outbox row per
     (workspace, Session). A tree is never split across transactions; several trees may share
-    one, which is what makes a large purge cheap (ADR 0015).
+    one, which is what makes a large purge cheap (ADR 0016).
 
     Returns:
         The topmost ids of the trees removed (all in one workspace per call).

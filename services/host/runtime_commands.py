@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from services.host.activity_store import ActivityRepositories, activity_runner
+from services.host.activity_store.runtime_commands import ACKNOWLEDGED
 from services.host.context import HostContext
 from services.host.runtime_registry import CommandAck, OutboundCommand, RuntimeLinkHandle
 from store.models import RuntimeCommandOutbox, Session
@@ -34,7 +35,7 @@ def enqueue(
     *,
     operation_id: str | None = None,
 ) -> str:
-    """Write a command row in the open transaction and dispatch it after the commit.
+    """Write a command row in the open transaction; it is sent after the commit.
 
     Args:
         repos: The open transaction.
@@ -64,13 +65,56 @@ def enqueue(
             updated_at_unix_ms=now,
         )
     )
-    workspace_id, session_id = session.workspace_id, session.session_id
+    key = (session.workspace_id, session.session_id)
+    if key not in repos.dispatching:
+        repos.dispatching.add(key)
+        target = (session.agent_target_id, session.provider)
 
-    async def dispatch_after_commit() -> None:
-        await dispatch_session(ctx, workspace_id, session_id)
+        async def dispatch_in_transaction(_db: object) -> None:
+            await _dispatch_with_commit(repos, ctx, key, target)
 
-    repos.uow.after_commit(dispatch_after_commit)
+        repos.uow.enlist(dispatch_in_transaction)
     return command_id
+
+
+async def _dispatch_with_commit(
+    repos: ActivityRepositories,
+    ctx: HostContext,
+    key: tuple[str, str],
+    target: tuple[str | None, str],
+) -> None:
+    """Mark the Session's pending commands dispatched in the transaction that wrote them.
+
+    Runs as a participant, after the command body: when a link serves the Session now, its
+    pending rows (the new ones and any an earlier ``failed`` acknowledgement put back) become
+    ``dispatched`` in this commit and are sent after it — one write transaction fewer than a
+    separate post-commit dispatch. The retry contract is unchanged (ADR 0013): a row commits
+    either ``pending`` or ``dispatched``, both are unacknowledged, and a (re)connecting link
+    receives both; nothing is sent unless the commit succeeded. Without a link the rows stay
+    ``pending`` and the post-commit :func:`dispatch_session` looks again, so a link that
+    connected meanwhile still gets them.
+    """
+    workspace_id, session_id = key
+    link = ctx.runtimes.link_for(workspace_id, *target)
+    if link is None:
+
+        async def dispatch_after_commit() -> None:
+            await dispatch_session(ctx, workspace_id, session_id)
+
+        repos.uow.after_commit(dispatch_after_commit)
+        return
+    rows = [
+        row
+        for row in await repos.commands.unacknowledged(workspace_id, session_id)
+        if row.state == "pending"
+    ]
+    commands = [await _mark_dispatched(repos, ctx, row) for row in rows]
+
+    async def send_after_commit() -> None:
+        for command in commands:
+            link.send(command)
+
+    repos.uow.after_commit(send_after_commit)
 
 
 def _outbound(row: RuntimeCommandOutbox) -> OutboundCommand:
@@ -156,12 +200,18 @@ async def record_ack(repos: ActivityRepositories, ctx: HostContext, ack: Command
 
     ``accepted`` completes the row; ``rejected`` (an explicit provider rejection) fails it
     for good; ``failed`` puts it back to ``pending`` so the next dispatch retries it.
+
+    Retention: a completed or failed row is deleted at once, unless it delivers a response
+    operation that has not completed — a runtime ``pending`` disposition may still put that
+    row back to ``pending`` (HOST-INT-3). Such rows are deleted in bounded batches by later
+    acknowledgements once their operation completes. A repeated acknowledgement of a deleted
+    row finds nothing and is ignored, exactly like one of a completed row.
     """
     row = await repos.commands.by_command_id(ack.command_id)
     if row is None:
         _log.info("acknowledgement for unknown command %s", ack.command_id)
         return
-    if row.state in ("completed", "failed"):
+    if row.state in ACKNOWLEDGED:
         return
     now = ctx.clock()
     row.updated_at_unix_ms = now
@@ -170,12 +220,18 @@ async def record_ack(repos: ActivityRepositories, ctx: HostContext, ack: Command
     elif ack.status == "rejected":
         row.state = "failed"
         row.last_error = ack.reason or ack.message or "rejected"
+        _log.info("runtime rejected command %s: %s", row.command_id, row.last_error)
     else:
         row.state = "pending"
         row.last_error = ack.reason or ack.message or "failed"
+    operation = None
     if row.operation_id is not None:
         operation = await repos.operations.get(row.workspace_id, row.operation_id)
         if operation is not None and operation.state != "completed" and ack.status == "failed":
             operation.state = "pending"
             operation.last_error = row.last_error
             operation.updated_at_unix_ms = now
+    if row.state in ACKNOWLEDGED:
+        if operation is None or operation.state == "completed":
+            await repos.commands.delete(row)
+        await repos.commands.prune_settled_operations()

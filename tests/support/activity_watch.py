@@ -51,7 +51,7 @@ class Watcher:
         finally:
             self._ready.set()
 
-    def wait_ready(self, timeout: float = 10) -> activity_pb2.ActivityStreamReady:
+    def wait_ready(self, timeout: float = 30) -> activity_pb2.ActivityStreamReady:
         """Block until the ready marker (or fail with the stream's error)."""
         assert self._ready.wait(timeout), "no ready marker"
         if self.ready is None:
@@ -59,7 +59,7 @@ class Watcher:
         return self.ready
 
     def wait_for(
-        self, predicate: Callable[[list[activity_pb2.ActivityEvent]], bool], timeout: float = 10
+        self, predicate: Callable[[list[activity_pb2.ActivityEvent]], bool], timeout: float = 30
     ) -> list[activity_pb2.ActivityEvent]:
         """Poll until ``predicate(events)`` holds; return the events so far."""
         deadline = time.monotonic() + timeout
@@ -75,7 +75,7 @@ class Watcher:
         """The durable events received so far."""
         return [e for e in self.events if e.WhichOneof("event") != "message_delta"]
 
-    def wait_done(self, timeout: float = 10) -> None:
+    def wait_done(self, timeout: float = 30) -> None:
         """Wait for the stream to end (after an error)."""
         self._thread.join(timeout)
 

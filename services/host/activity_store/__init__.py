@@ -31,6 +31,8 @@ class ActivityRepositories:
         self.interactions = InteractionRepository(session)
         self.operations = ResponseOperationRepository(session)
         self.commands = RuntimeCommandRepository(session)
+        self.dispatching: set[tuple[str, str]] = set()
+        """Sessions whose commands this transaction already dispatches (``runtime_commands``)."""
 
 
 def activity_runner(engine: AsyncEngine) -> TransactionRunner[ActivityRepositories]:

@@ -2,12 +2,40 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from typing import Final
+
+from sqlalchemy import and_, delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from store.models import RuntimeCommandOutbox
+from store.models import InteractionResponseOperation, RuntimeCommandOutbox
 
 UNACKNOWLEDGED = ("pending", "dispatched")
+ACKNOWLEDGED = ("completed", "failed")
+
+PRUNE_BATCH: Final = 16
+"""Most acknowledged rows one acknowledgement transaction deletes besides its own, so the
+cleanup stays a bounded amount of work under the write lock."""
+
+_Outbox = RuntimeCommandOutbox
+_Operation = InteractionResponseOperation
+
+# Built once: accepted deliveries whose response operation has completed. A ``completed`` row
+# outlives its acknowledgement only while its operation is open (see
+# ``services.host.runtime_commands.record_ack``), so ``state = 'completed'`` (served by
+# ``ix_runtime_command_outbox_due``) reads only such rows; ``failed`` rows also include the
+# commands of deleted Sessions, which stay until the purge, so they are not read here.
+_SETTLED_OPERATION_ROWS: Final = (
+    select(_Outbox.id)
+    .join(
+        _Operation,
+        and_(
+            _Operation.workspace_id == _Outbox.workspace_id,
+            _Operation.operation_id == _Outbox.operation_id,
+        ),
+    )
+    .where(_Outbox.state == "completed", _Operation.state == "completed")
+    .limit(PRUNE_BATCH)
+)
 
 
 class RuntimeCommandRepository:
@@ -20,6 +48,25 @@ class RuntimeCommandRepository:
         """Stage a new command row."""
         self._db.add(row)
 
+    async def delete(self, row: RuntimeCommandOutbox) -> None:
+        """Delete an acknowledged row (the outbox keeps open work only)."""
+        await self._db.delete(row)
+
+    async def prune_settled_operations(self) -> int:
+        """Delete up to :data:`PRUNE_BATCH` accepted deliveries of completed operations.
+
+        Returns:
+            How many rows were deleted.
+        """
+        ids = list((await self._db.execute(_SETTLED_OPERATION_ROWS)).scalars())
+        if ids:
+            await self._db.execute(
+                delete(_Outbox)
+                .where(_Outbox.id.in_(ids))
+                .execution_options(synchronize_session=False)
+            )
+        return len(ids)
+
     async def get(self, workspace_id: str, command_id: str) -> RuntimeCommandOutbox | None:
         """The command by id."""
         query = select(RuntimeCommandOutbox).where(
@@ -29,14 +76,21 @@ class RuntimeCommandRepository:
         return (await self._db.execute(query)).scalar_one_or_none()
 
     async def by_command_id(self, command_id: str) -> RuntimeCommandOutbox | None:
-        """The command by id in any workspace (acks carry only the id; ids are unique UUIDs)."""
+        """The command by id in any workspace (acks carry only the id; ids are unique UUIDs).
+
+        Served by ``ix_runtime_command_outbox_command``.
+        """
         query = select(RuntimeCommandOutbox).where(RuntimeCommandOutbox.command_id == command_id)
         return (await self._db.execute(query)).scalars().first()
 
     async def unacknowledged(
         self, workspace_id: str | None = None, session_id: str | None = None
     ) -> list[RuntimeCommandOutbox]:
-        """Pending or dispatched commands, oldest first (optionally of one Session)."""
+        """Pending or dispatched commands, oldest first (optionally of one Session).
+
+        One Session's rows are served by ``ix_runtime_command_outbox_session``; all open rows
+        by ``ix_runtime_command_outbox_due``.
+        """
         query = select(RuntimeCommandOutbox).where(RuntimeCommandOutbox.state.in_(UNACKNOWLEDGED))
         if workspace_id is not None:
             query = query.where(RuntimeCommandOutbox.workspace_id == workspace_id)

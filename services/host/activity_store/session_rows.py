@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
-from sqlalchemy import or_, select
+from typing import Final
+
+from sqlalchemy import bindparam, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from store.models import DEPLOYMENT_WORKSPACE_KEY, AgentTarget, Session
+
+_LOCK_IF_ROOT: Final = (
+    select(Session)
+    .where(
+        Session.workspace_id == bindparam("workspace_id"),
+        Session.session_id == bindparam("session_id"),
+        Session.root_session_id == Session.session_id,
+    )
+    .with_for_update()
+    # A row read earlier in this transaction is refreshed with the values seen under the lock.
+    .execution_options(populate_existing=True)
+)
 
 
 class SessionRowRepository:
@@ -38,8 +52,16 @@ class SessionRowRepository:
         stopping a root Turn settles its children: both lock root before child, so two
         such transactions never wait on each other in opposite order on Postgres.
         """
+        # A root Session (the usual case) is locked by its first read: the statement locks
+        # the row only when it is its own root, so a child is never locked before its root.
+        params = {"workspace_id": workspace_id, "session_id": session_id}
+        root = (await self._db.execute(_LOCK_IF_ROOT, params)).scalar_one_or_none()
+        if root is not None:
+            return root
         row = await self.get(workspace_id, session_id)
-        if row is not None and row.root_session_id != row.session_id:
+        if row is None:
+            return None
+        if row.root_session_id != row.session_id:
             # root_session_id never changes, so reading it without the lock is safe.
             await self.get(workspace_id, row.root_session_id, lock=True)
         return await self.get(workspace_id, session_id, lock=True)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
-from sqlalchemy import and_, exists, func, insert, or_, select, update
+from sqlalchemy import and_, bindparam, exists, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 from sqlalchemy.sql.elements import ColumnElement
 
 from services.host.activity_log import note_session_changed
@@ -106,6 +108,38 @@ def _live_roots(query: RootSessionQuery) -> list[ColumnElement[bool]]:
     if query.session_ids is not None:
         clauses.append(Session.session_id.in_(sorted(query.session_ids)))
     return clauses
+
+
+# Prebuilt: a Session listing and GetSession read the latest Turn on every call, and building
+# these statements (the window subquery especially) costs more than executing them.
+_LATEST_TURN: Final = (
+    select(Turn)
+    .where(
+        Turn.workspace_id == bindparam("workspace_id"),
+        Turn.session_id == bindparam("session_id"),
+        Turn.retracted_at_unix_ms.is_(None),
+    )
+    .order_by(Turn.created_at_unix_ms.desc(), Turn.turn_id.desc())
+    .limit(1)
+)
+_RANKED_TURNS = (
+    select(
+        Turn,
+        func.row_number()
+        .over(
+            partition_by=Turn.session_id,
+            order_by=(Turn.created_at_unix_ms.desc(), Turn.turn_id.desc()),
+        )
+        .label("rank"),
+    )
+    .where(
+        Turn.workspace_id == bindparam("workspace_id"),
+        Turn.session_id.in_(bindparam("session_ids", expanding=True)),
+        Turn.retracted_at_unix_ms.is_(None),
+    )
+    .subquery()
+)
+_LATEST_TURNS: Final = select(aliased(Turn, _RANKED_TURNS)).where(_RANKED_TURNS.c.rank == 1)
 
 
 class SessionRepository:
@@ -224,44 +258,16 @@ class SessionRepository:
         ids = sorted(set(session_ids))
         if not ids:
             return {}
-        ranked = (
-            select(
-                Turn,
-                func.row_number()
-                .over(
-                    partition_by=Turn.session_id,
-                    order_by=(Turn.created_at_unix_ms.desc(), Turn.turn_id.desc()),
-                )
-                .label("rank"),
-            )
-            .where(
-                Turn.workspace_id == workspace_id,
-                Turn.session_id.in_(ids),
-                Turn.retracted_at_unix_ms.is_(None),
-            )
-            .subquery()
+        if len(ids) == 1:
+            # GetSession: a plain ORDER BY ... LIMIT 1 over the Session's Turns; building the
+            # window query below costs more than running this one.
+            params = {"workspace_id": workspace_id, "session_id": ids[0]}
+            row = (await self._session.execute(_LATEST_TURN, params)).scalar_one_or_none()
+            return {} if row is None else {ids[0]: turn_record(row)}
+        rows = await self._session.execute(
+            _LATEST_TURNS, {"workspace_id": workspace_id, "session_ids": ids}
         )
-        latest = select(ranked).where(ranked.c.rank == 1)
-        turns: dict[str, TurnRecord] = {}
-        for row in (await self._session.execute(latest)).mappings():
-            turns[row["session_id"]] = TurnRecord(
-                workspace_id=row["workspace_id"],
-                session_id=row["session_id"],
-                turn_id=row["turn_id"],
-                client_submit_id=row["client_submit_id"],
-                phase=row["phase"],
-                outcome=row["outcome"],
-                origin=row["origin"],
-                version=row["version"],
-                created_at_unix_ms=row["created_at_unix_ms"],
-                started_at_unix_ms=row["started_at_unix_ms"],
-                settled_at_unix_ms=row["settled_at_unix_ms"],
-                result_message_id=row["result_message_id"],
-                result_resolved_empty=row["result_resolved_empty"],
-                root_turn_id=row["root_turn_id"],
-                failure_message=row["failure_message"],
-            )
-        return turns
+        return {row.session_id: turn_record(row) for row in rows.scalars()}
 
     async def pending_interactions(
         self, workspace_id: str, session_id: str

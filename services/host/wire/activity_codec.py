@@ -22,7 +22,13 @@ from services.host.activity_store.events import StoredEvent
 from services.host.wire.messages import message_to_proto
 from services.host.wire.projection import pending_interaction_to_proto, turn_to_proto
 
-__all__ = ["ProtoEventCodec", "delta_from_proto", "delta_to_proto", "stored_to_proto"]
+__all__ = [
+    "ProtoEventCodec",
+    "delta_from_proto",
+    "delta_to_proto",
+    "fill_delta",
+    "stored_to_proto",
+]
 
 DELTA_TARGETS = {
     "text": canonical_pb2.DELTA_TARGET_TEXT,
@@ -95,19 +101,25 @@ def stored_to_proto(stored: StoredEvent) -> activity_pb2.ActivityEvent:
     return message
 
 
-def delta_to_proto(delta: MessageDelta) -> canonical_pb2.MessageDelta:
-    """The contract form of a live delta."""
-    message = canonical_pb2.MessageDelta(
-        workspace_id=delta.workspace_id,
-        session_id=delta.session_id,
-        turn_id=delta.turn_id,
-        message_id=delta.message_id,
-        target=DELTA_TARGETS.get(delta.target, canonical_pb2.DELTA_TARGET_UNSPECIFIED),
-        operation=DELTA_OPERATIONS.get(delta.operation, canonical_pb2.DELTA_OPERATION_UNSPECIFIED),
-        text=delta.text,
+def fill_delta(message: canonical_pb2.MessageDelta, delta: MessageDelta) -> None:
+    """Write a live delta into ``message`` in place (the stream's hot path)."""
+    message.workspace_id = delta.workspace_id
+    message.session_id = delta.session_id
+    message.turn_id = delta.turn_id
+    message.message_id = delta.message_id
+    message.target = DELTA_TARGETS.get(delta.target, canonical_pb2.DELTA_TARGET_UNSPECIFIED)
+    message.operation = DELTA_OPERATIONS.get(
+        delta.operation, canonical_pb2.DELTA_OPERATION_UNSPECIFIED
     )
+    message.text = delta.text
     if delta.offset_bytes is not None:
         message.offset_bytes = delta.offset_bytes
+
+
+def delta_to_proto(delta: MessageDelta) -> canonical_pb2.MessageDelta:
+    """The contract form of a live delta."""
+    message = canonical_pb2.MessageDelta()
+    fill_delta(message, delta)
     return message
 
 

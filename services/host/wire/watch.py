@@ -10,7 +10,7 @@ from domainerrors import InvalidArgument
 from grpcserver.auth import Role, current_principal
 from services.host.activity_feed import WatchDelta, WatchReady, watch_activity
 from services.host.context import HostContext
-from services.host.wire.activity_codec import delta_to_proto, stored_to_proto
+from services.host.wire.activity_codec import fill_delta, stored_to_proto
 
 CURSOR_BOUND = 2**53 - 1
 
@@ -51,12 +51,12 @@ class WatchRpcs:
                     )
                 )
             elif isinstance(item, WatchDelta):
-                event = activity_pb2.ActivityEvent(
-                    event_id=item.after_event_id,
-                    workspace_id=item.delta.workspace_id,
-                    occurred_at_unix_ms=item.received_at_unix_ms,
-                )
-                event.message_delta.delta.CopyFrom(delta_to_proto(item.delta))
-                yield host_pb2.WatchActivityResponse(event=event)
+                response = host_pb2.WatchActivityResponse()
+                event = response.event
+                event.event_id = item.after_event_id
+                event.workspace_id = item.delta.workspace_id
+                event.occurred_at_unix_ms = item.received_at_unix_ms
+                fill_delta(event.message_delta.delta, item.delta)
+                yield response
             else:
                 yield host_pb2.WatchActivityResponse(event=stored_to_proto(item))

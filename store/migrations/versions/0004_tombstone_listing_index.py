@@ -7,7 +7,7 @@ Create Date: 2026-12-02
 ``ListDeletedSessions`` pages a workspace's tombstones ``updated_at DESC, session_id ASC``.
 The partial index ``ix_sessions_tombstone_listing`` (tombstones only) serves that order
 directly, so the first page reads a page's worth of index entries instead of sorting every
-tombstone of the workspace. See ADR 0015.
+tombstone of the workspace. See ADR 0016.
 """
 
 from __future__ import annotations
