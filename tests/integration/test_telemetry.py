@@ -83,8 +83,14 @@ def test_rpc_metrics_traces_and_json_logs(tmp_path: Path) -> None:
                     metadata=(("authorization", "Bearer wrong"),),
                     timeout=5,
                 )
-        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as reply:
-            scraped = reply.read().decode()
+        # The server records the RPC just after the client sees its status: poll briefly.
+        scraped = ""
+        deadline = time.monotonic() + 10
+        while "rpc_server_calls" not in scraped and time.monotonic() < deadline:
+            url = f"http://127.0.0.1:{metrics_port}/metrics"
+            with urllib.request.urlopen(url, timeout=5) as reply:
+                scraped = reply.read().decode()
+            time.sleep(0.05)
         assert "rpc_server_calls" in scraped
         assert 'rpc_grpc_status_code="UNAUTHENTICATED"' in scraped
         assert "ListReferences" in scraped
