@@ -7,7 +7,8 @@ For each backend, on a fresh migrated database:
 
 * **purge** — 2,000 restorable tombstone trees (5 Sessions each) holding 200,000 message
   rows are removed by ``PurgeDeletedSessions`` (the domain call: one read scan per 200
-  candidates, one fenced write transaction per tree with its cleanup-outbox rows). The
+  candidates, fenced write transactions of up to 64 whole trees with their cleanup-outbox
+  rows). The
   baseline is a raw ``DELETE FROM sessions WHERE ... deleted_at_unix_ms IS NOT NULL`` of the
   same rows (seeded again) in one transaction, with the same cascades. Reported: canonical
   rows per second for both and the ratio ours/raw (target >= 0.5).

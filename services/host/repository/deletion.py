@@ -1,27 +1,38 @@
 """SQL of delete, restore, purge and the resource-cleanup outbox (HOST-DEL-*, HOST-CLEAN-1).
 
-Every statement that names a set of Sessions is chunked (``_CHUNK`` ids per ``IN`` list), so a
-5,000-Session tree never builds one enormous statement. Tree shape is read as
-:class:`TreeRow` values — the columns the deletion rules need and nothing else — and the rules
-themselves live in ``services.host.deletion``.
+Every statement that names a set of Sessions is chunked, so a 5,000-Session tree never builds one
+enormous statement: on SQLite ``_CHUNK`` ids per ``IN`` list; on Postgres the ids travel as one
+``text[]`` parameter (``= ANY(:ids)``, ``_ARRAY_CHUNK`` per statement). A list of separate
+parameters would make psycopg's prepared statements fall back to a generic plan that compares
+every candidate row with every list element (the purge benchmark spent most of its Postgres time
+there); an array parameter keeps one statement text per query and probes the index per id.
+Tree shape is read as :class:`TreeRow` values — the columns the deletion rules need and nothing
+else — and the rules themselves live in ``services.host.deletion``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Integer,
+    Text,
     and_,
+    any_,
     delete,
     exists,
     func,
-    insert,
     literal,
     or_,
     select,
+    union_all,
     update,
 )
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
@@ -48,6 +59,7 @@ __all__ = [
 ]
 
 _CHUNK = 500
+_ARRAY_CHUNK = 5_000
 
 
 def _chunks(values: Sequence[str]) -> Iterator[list[str]]:
@@ -142,15 +154,27 @@ class DeletionRepository:
     def _postgres(self) -> bool:
         return self._db.get_bind().dialect.name == "postgresql"
 
+    def _batches(self, values: Sequence[str]) -> Iterator[list[str]]:
+        """``values`` in statement-sized batches (larger on Postgres: one array parameter)."""
+        size = _ARRAY_CHUNK if self._postgres else _CHUNK
+        for start in range(0, len(values), size):
+            yield list(values[start : start + size])
+
+    def _among(self, column: Any, ids: list[str]) -> ColumnElement[bool]:
+        """``column IN ids``: one ``text[]`` parameter on Postgres, an ``IN`` list on SQLite."""
+        if self._postgres:
+            return column == any_(literal(ids, postgresql.ARRAY(Text)))  # type: ignore[no-any-return]
+        return column.in_(ids)  # type: ignore[no-any-return]
+
     # ------------------------------------------------------------------------ tree reads
 
     async def roots_of(self, workspace_id: str, session_ids: Sequence[str]) -> dict[str, str]:
         """``session_id -> root_session_id`` of the ids that exist in the workspace."""
         found: dict[str, str] = {}
-        for chunk in _chunks(sorted(set(session_ids))):
+        for chunk in self._batches(sorted(set(session_ids))):
             rows = await self._db.execute(
                 select(Session.session_id, Session.root_session_id).where(
-                    Session.workspace_id == workspace_id, Session.session_id.in_(chunk)
+                    Session.workspace_id == workspace_id, self._among(Session.session_id, chunk)
                 )
             )
             found.update({str(row[0]): str(row[1]) for row in rows})
@@ -170,17 +194,22 @@ class DeletionRepository:
         if lock and self._postgres:
             # Root rows first: every writer that settles Turns locks a tree root first
             # (``SessionRowRepository.lock_with_root``), so the two never deadlock.
-            for chunk in _chunks(sorted(set(root_ids))):
+            for chunk in self._batches(sorted(set(root_ids))):
                 await self._db.execute(
                     select(Session.session_id)
-                    .where(Session.workspace_id == workspace_id, Session.session_id.in_(chunk))
+                    .where(
+                        Session.workspace_id == workspace_id, self._among(Session.session_id, chunk)
+                    )
                     .order_by(Session.session_id)
                     .with_for_update()
                 )
-        for chunk in _chunks(sorted(set(root_ids))):
+        for chunk in self._batches(sorted(set(root_ids))):
             query = (
                 select(*_TREE_COLUMNS)
-                .where(Session.workspace_id == workspace_id, Session.root_session_id.in_(chunk))
+                .where(
+                    Session.workspace_id == workspace_id,
+                    self._among(Session.root_session_id, chunk),
+                )
                 .order_by(Session.session_id)
             )
             if lock and self._postgres:
@@ -200,10 +229,10 @@ class DeletionRepository:
         component_size: int,
     ) -> None:
         """Mark one component; ``updated_at`` and placement are deliberately untouched."""
-        for chunk in _chunks(session_ids):
+        for chunk in self._batches(session_ids):
             await self._db.execute(
                 update(Session)
-                .where(Session.workspace_id == workspace_id, Session.session_id.in_(chunk))
+                .where(Session.workspace_id == workspace_id, self._among(Session.session_id, chunk))
                 .values(
                     deleted_at_unix_ms=deleted_at_unix_ms,
                     deletion_generation=generation,
@@ -216,10 +245,10 @@ class DeletionRepository:
     async def keep_updated_at(self, workspace_id: str, original: dict[str, int]) -> None:
         """Put back ``updated_at`` where quiescing moved it: delete never rewrites it."""
         ids = sorted(original)
-        for chunk in _chunks(ids):
+        for chunk in self._batches(ids):
             rows = await self._db.execute(
                 select(Session.session_id, Session.updated_at_unix_ms).where(
-                    Session.workspace_id == workspace_id, Session.session_id.in_(chunk)
+                    Session.workspace_id == workspace_id, self._among(Session.session_id, chunk)
                 )
             )
             for session_id, updated in [(str(r[0]), int(r[1])) for r in rows]:
@@ -235,10 +264,10 @@ class DeletionRepository:
 
     async def clear_tombstones(self, workspace_id: str, session_ids: Sequence[str]) -> None:
         """Restore: clear every tombstone column of these Sessions."""
-        for chunk in _chunks(session_ids):
+        for chunk in self._batches(session_ids):
             await self._db.execute(
                 update(Session)
-                .where(Session.workspace_id == workspace_id, Session.session_id.in_(chunk))
+                .where(Session.workspace_id == workspace_id, self._among(Session.session_id, chunk))
                 .values(
                     deleted_at_unix_ms=None,
                     deletion_generation=None,
@@ -252,12 +281,12 @@ class DeletionRepository:
     ) -> list[tuple[str, str]]:
         """``(session_id, turn_id)`` of every Turn before ``settled`` in these Sessions."""
         keys: list[tuple[str, str]] = []
-        for chunk in _chunks(session_ids):
+        for chunk in self._batches(session_ids):
             rows = await self._db.execute(
                 select(Turn.session_id, Turn.turn_id)
                 .where(
                     Turn.workspace_id == workspace_id,
-                    Turn.session_id.in_(chunk),
+                    self._among(Turn.session_id, chunk),
                     Turn.phase != "settled",
                 )
                 .order_by(Turn.session_id, Turn.created_at_unix_ms, Turn.turn_id)
@@ -271,12 +300,12 @@ class DeletionRepository:
         """Turns with pending/resolving Interactions in these Sessions, and how many."""
         keys: set[tuple[str, str]] = set()
         count = 0
-        for chunk in _chunks(session_ids):
+        for chunk in self._batches(session_ids):
             rows = await self._db.execute(
                 select(Interaction.session_id, Interaction.turn_id, func.count())
                 .where(
                     Interaction.workspace_id == workspace_id,
-                    Interaction.session_id.in_(chunk),
+                    self._among(Interaction.session_id, chunk),
                     Interaction.status.in_(("pending", "resolving")),
                 )
                 .group_by(Interaction.session_id, Interaction.turn_id)
@@ -290,12 +319,12 @@ class DeletionRepository:
         self, workspace_id: str, session_ids: Sequence[str], now: int
     ) -> None:
         """Unacknowledged runtime commands of deleted Sessions never run: fail them."""
-        for chunk in _chunks(session_ids):
+        for chunk in self._batches(session_ids):
             await self._db.execute(
                 update(RuntimeCommandOutbox)
                 .where(
                     RuntimeCommandOutbox.workspace_id == workspace_id,
-                    RuntimeCommandOutbox.session_id.in_(chunk),
+                    self._among(RuntimeCommandOutbox.session_id, chunk),
                     RuntimeCommandOutbox.state.in_(("pending", "dispatched")),
                 )
                 .values(state="failed", last_error="session_deleted", updated_at_unix_ms=now)
@@ -305,12 +334,12 @@ class DeletionRepository:
         self, workspace_id: str, session_ids: Sequence[str], now: int
     ) -> None:
         """Pending Host operations (fork, Goal, plan) of deleted Sessions fail for good."""
-        for chunk in _chunks(session_ids):
+        for chunk in self._batches(session_ids):
             await self._db.execute(
                 update(HostOperation)
                 .where(
                     HostOperation.workspace_id == workspace_id,
-                    HostOperation.session_id.in_(chunk),
+                    self._among(HostOperation.session_id, chunk),
                     HostOperation.state == "pending",
                 )
                 .values(
@@ -453,29 +482,32 @@ class DeletionRepository:
         self, workspace_id: str, session_ids: Sequence[str]
     ) -> dict[str, tuple[int, int]]:
         """Per Session: canonical rows a purge removes (itself, Turns, Messages, Interactions)
-        and stored message payload bytes."""
+        and stored message payload bytes.
+
+        One statement per batch (the three per-table counts as a ``UNION ALL``) that reads
+        only the grouping key and the payload length.
+        """
         volume = {sid: [1, 0] for sid in session_ids}
-        for chunk in _chunks(session_ids):
-            messages = await self._db.execute(
+        for chunk in self._batches(session_ids):
+            counted = union_all(
                 select(
                     Message.session_id,
                     func.count(),
                     func.coalesce(func.sum(func.length(Message.payload_json)), 0),
                 )
-                .where(Message.workspace_id == workspace_id, Message.session_id.in_(chunk))
-                .group_by(Message.session_id)
-            )
-            for row in messages:
-                volume[str(row[0])][0] += int(row[1])
-                volume[str(row[0])][1] += int(row[2])
-            for model in (Turn, Interaction):
-                counted = await self._db.execute(
-                    select(model.session_id, func.count())
-                    .where(model.workspace_id == workspace_id, model.session_id.in_(chunk))
+                .where(Message.workspace_id == workspace_id, self._among(Message.session_id, chunk))
+                .group_by(Message.session_id),
+                *(
+                    select(model.session_id, func.count(), literal(0, Integer))
+                    .where(model.workspace_id == workspace_id, self._among(model.session_id, chunk))
                     .group_by(model.session_id)
-                )
-                for row in counted:
-                    volume[str(row[0])][0] += int(row[1])
+                    for model in (Turn, Interaction)
+                ),
+            )
+            for sid, rows, size in await self._db.execute(counted):
+                entry = volume[str(sid)]
+                entry[0] += int(rows)
+                entry[1] += int(size)
         return {sid: (rows, size) for sid, (rows, size) in volume.items()}
 
     async def delete_sessions(self, workspace_id: str, levels: Sequence[Sequence[str]]) -> int:
@@ -489,10 +521,10 @@ class DeletionRepository:
         """
         deleted = 0
         for level in reversed(levels):
-            for chunk in _chunks(level):
+            for chunk in self._batches(level):
                 result = await self._db.execute(
                     delete(Session).where(
-                        Session.workspace_id == workspace_id, Session.session_id.in_(chunk)
+                        Session.workspace_id == workspace_id, self._among(Session.session_id, chunk)
                     )
                 )
                 deleted += int(result.rowcount)  # type: ignore[attr-defined]
@@ -503,21 +535,28 @@ class DeletionRepository:
     ) -> None:
         """One resource-cleanup outbox row per purged (workspace, Session) (HOST-DEL-9).
 
-        A row already pending for the same key (an earlier purge of a reused id) is kept.
+        A row already pending for the same key (an earlier purge of a reused id) is kept:
+        ``ON CONFLICT DO NOTHING`` on the primary key, so no read precedes the insert.
         """
-        existing: set[str] = set()
-        for chunk in _chunks(session_ids):
-            rows = await self._db.execute(
-                select(ResourceCleanupOutbox.session_id).where(
-                    ResourceCleanupOutbox.workspace_id == workspace_id,
-                    ResourceCleanupOutbox.session_id.in_(chunk),
+        if self._postgres:
+            for chunk in self._batches(session_ids):
+                rows = select(
+                    literal(workspace_id, Text),
+                    func.unnest(literal(chunk, postgresql.ARRAY(Text))),
+                    literal(now, BigInteger),
+                    literal(reason, Text),
                 )
-            )
-            existing.update(str(row[0]) for row in rows)
-        fresh = [sid for sid in session_ids if sid not in existing]
-        for start in range(0, len(fresh), _CHUNK):
+                await self._db.execute(
+                    postgresql.insert(ResourceCleanupOutbox)
+                    .from_select(
+                        ["workspace_id", "session_id", "purged_at_unix_ms", "reason"], rows
+                    )
+                    .on_conflict_do_nothing()
+                )
+            return
+        for chunk in self._batches(session_ids):
             await self._db.execute(
-                insert(ResourceCleanupOutbox),
+                sqlite.insert(ResourceCleanupOutbox).on_conflict_do_nothing(),
                 [
                     {
                         "workspace_id": workspace_id,
@@ -525,7 +564,7 @@ class DeletionRepository:
                         "purged_at_unix_ms": now,
                         "reason": reason,
                     }
-                    for sid in fresh[start : start + _CHUNK]
+                    for sid in chunk
                 ],
             )
 
