@@ -92,6 +92,8 @@ class TreeSelection:
     fence: dict[str, tuple[int, str | None]]
     rows: int
     bytes: int
+    root: str = ""
+    """The tree root the scan saw (``""``: unknown, read it again under the write lock)."""
 
     @property
     def members(self) -> list[str]:
@@ -172,6 +174,7 @@ async def scan_trees(
                 },
                 rows=sum(volume[0] for volume in counted),
                 bytes=sum(volume[1] for volume in counted),
+                root=candidate.root_session_id,
             )
             items.append(ScanItem(candidate, selection, False))
         return items
@@ -203,12 +206,18 @@ async def purge_trees(
     ws = selections[0].workspace_id
 
     async def run(scope: DeletionScope) -> set[str]:
-        topmosts = [selection.topmost for selection in selections]
-        roots = await scope.deletion.roots_of(ws, topmosts)
+        # The scan's root is a hint (a Session's root never changes while it exists); a
+        # selection without one costs a read. Either way the tree is verified below against
+        # the rows read under lock: a topmost missing from them is kept, never removed.
+        unknown = [selection.topmost for selection in selections if not selection.root]
+        roots = await scope.deletion.roots_of(ws, unknown) if unknown else {}
+        roots.update({s.topmost: s.root for s in selections if s.root})
         forest = Forest(await scope.deletion.tree_rows(ws, set(roots.values()), lock=True))
         verified: list[TreeSelection] = []
         for selection in selections:
-            if selection.topmost not in roots or not forest.is_topmost_tombstone(selection.topmost):
+            if selection.topmost not in forest.rows or not forest.is_topmost_tombstone(
+                selection.topmost
+            ):
                 continue
             members = forest.subtree(selection.topmost)
             if set(members) != set(selection.fence) or any(
