@@ -92,7 +92,9 @@ class Subscription:
         self._broker = broker
         self._items: deque[LiveItem] = deque()
         self._max = max(1, max_items)
-        self._ready = asyncio.Event()
+        # The one waiter of ``next`` (a bare future, not ``Event`` + ``wait_for``: on Python
+        # 3.11 ``wait_for`` wraps the wait in a new Task for every wake-up, i.e. per delta).
+        self._waiter: asyncio.Future[bool] | None = None
         self.overflowed = False
         self.closed = False
 
@@ -105,7 +107,9 @@ class Subscription:
             self._items.clear()
         else:
             self._items.append(item)
-        self._ready.set()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(True)
 
     async def next(self, idle_seconds: float | None) -> LiveItem | None:
         """The next item, or None after ``idle_seconds`` without one.
@@ -116,14 +120,26 @@ class Subscription:
         while not self._items:
             if self.overflowed:
                 raise SubscriberOverflow(self.workspace_id)
-            self._ready.clear()
-            try:
-                await asyncio.wait_for(self._ready.wait(), idle_seconds)
-            except TimeoutError:
+            if not await self._wait(idle_seconds):
                 return None
         if self.overflowed:
             raise SubscriberOverflow(self.workspace_id)
         return self._items.popleft()
+
+    async def _wait(self, idle_seconds: float | None) -> bool:
+        """Wait for a push; False after ``idle_seconds`` without one."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._waiter = waiter
+        timer = None
+        if idle_seconds is not None:
+            timer = loop.call_later(idle_seconds, _expire, waiter)
+        try:
+            return await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
 
     def pending(self) -> int:
         """Buffered items (tests, metrics)."""
@@ -133,6 +149,11 @@ class Subscription:
         """Stop receiving items."""
         self.closed = True
         self._broker._remove(self)
+
+
+def _expire(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
 
 
 class ActivityBroker:
@@ -161,7 +182,8 @@ class ActivityBroker:
 
     def publish_delta(self, delta: LiveDelta) -> None:
         """Hand a live delta to the workspace's subscribers."""
-        for subscription in tuple(self._subscribers.get(delta.delta.workspace_id, ())):
+        # No copy of the set: ``push`` never subscribes or unsubscribes (the hot path).
+        for subscription in self._subscribers.get(delta.delta.workspace_id, ()):
             subscription.push(delta)
 
     def publish_batch(self, batch: CommittedBatch) -> None:

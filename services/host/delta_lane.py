@@ -117,7 +117,8 @@ class DeltaLane:
         """
         published = dropped = 0
         reconcile: dict[tuple[str, str], None] = {}
-        reader = _LazyReader(database)
+        reader: _LazyReader | None = None
+        publish = self._broker.publish_delta
         try:
             for delta in deltas:
                 if not may_access(delta.workspace_id):
@@ -126,9 +127,14 @@ class DeltaLane:
                         reason="WORKSPACE_SCOPE_MISMATCH",
                         metadata={"workspace_id": delta.workspace_id},
                     )
-                verdict = await self._check(reader, delta)
+                # Most deltas are decided by the caches alone; only a miss opens a read.
+                verdict = self._check_cached(delta)
+                if verdict is None:
+                    if reader is None:
+                        reader = _LazyReader(database)
+                    verdict = await self._check_stored(reader, delta)
                 if verdict == "ok":
-                    self._broker.publish_delta(LiveDelta(delta, self._clock()))
+                    publish(LiveDelta(delta, self._clock()))
                     published += 1
                     continue
                 dropped += 1
@@ -136,12 +142,14 @@ class DeltaLane:
                 if verdict == "reconcile":
                     reconcile[(delta.workspace_id, delta.session_id)] = None
         finally:
-            await reader.close()
+            if reader is not None:
+                await reader.close()
         for workspace_id, session_id in reconcile:
             await _write_reconcile(database, workspace_id, session_id)
         return DeltaOutcome(published, dropped, tuple(reconcile))
 
-    async def _check(self, reader: _LazyReader, delta: MessageDelta) -> str:
+    def _check_cached(self, delta: MessageDelta) -> str | None:
+        """The verdict from the caches alone, or None when the store must be read."""
         if (
             delta.target not in DELTA_TARGETS
             or delta.operation not in DELTA_OPERATIONS
@@ -153,6 +161,18 @@ class DeltaLane:
         turn_key = (delta.workspace_id, delta.session_id, delta.turn_id)
         if turn_key in self._settled:
             return "late"
+        if turn_key not in self._live_turns:
+            return None
+        if delta.target != "tool_output":
+            return "ok"
+        anchor = self._anchors.get((delta.workspace_id, delta.session_id, delta.message_id))
+        if not isinstance(anchor, _Anchor):
+            return None
+        return _check_offset(anchor, delta)
+
+    async def _check_stored(self, reader: _LazyReader, delta: MessageDelta) -> str:
+        """The full check, reading the Turn and the tool-call anchor on a cache miss."""
+        turn_key = (delta.workspace_id, delta.session_id, delta.turn_id)
         if turn_key not in self._live_turns:
             turn = await (await reader.session()).get(Turn, turn_key)
             if turn is None:
@@ -175,22 +195,27 @@ class DeltaLane:
             phase = str(_payload(row.payload_json).get("phase") or "")
             anchor = _Anchor(delta.turn_id, None, phase not in ("", "running"))
             self._anchors.remember(key, anchor)
-        if anchor.turn_id != delta.turn_id:
-            return "reconcile"
-        if anchor.terminal:
-            return "late"
-        size = len(delta.text.encode("utf-8"))
-        if delta.operation == "set":
-            if delta.offset_bytes not in (None, 0):
-                anchor.live_bytes = None
-                return "reconcile"
-            anchor.live_bytes = size
-            return "ok"
-        if anchor.live_bytes is None or delta.offset_bytes != anchor.live_bytes:
+        return _check_offset(anchor, delta)
+
+
+def _check_offset(anchor: _Anchor, delta: MessageDelta) -> str:
+    """Tool output against its anchor: same Turn, not terminal, contiguous offsets."""
+    if anchor.turn_id != delta.turn_id:
+        return "reconcile"
+    if anchor.terminal:
+        return "late"
+    size = len(delta.text.encode("utf-8"))
+    if delta.operation == "set":
+        if delta.offset_bytes not in (None, 0):
             anchor.live_bytes = None
             return "reconcile"
-        anchor.live_bytes += size
+        anchor.live_bytes = size
         return "ok"
+    if anchor.live_bytes is None or delta.offset_bytes != anchor.live_bytes:
+        anchor.live_bytes = None
+        return "reconcile"
+    anchor.live_bytes += size
+    return "ok"
 
 
 class _LazyReader:

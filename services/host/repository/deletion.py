@@ -20,9 +20,11 @@ from sqlalchemy import (
     BigInteger,
     ColumnElement,
     Integer,
+    LargeBinary,
     Text,
     and_,
     any_,
+    cast,
     delete,
     exists,
     func,
@@ -478,6 +480,17 @@ class DeletionRepository:
             for row in await self._db.execute(statement)
         ]
 
+    def _payload_bytes(self) -> ColumnElement[int]:
+        """Stored UTF-8 bytes of a message payload, the same on both backends.
+
+        Postgres ``octet_length`` reads the size from the TOAST header without
+        de-toasting the value (``length`` would decompress every payload to count
+        characters); SQLite counts the bytes of the text cast to a blob.
+        """
+        if self._postgres:
+            return func.octet_length(Message.payload_json)
+        return func.length(cast(Message.payload_json, LargeBinary))
+
     async def volume_by_session(
         self, workspace_id: str, session_ids: Sequence[str]
     ) -> dict[str, tuple[int, int]]:
@@ -493,7 +506,7 @@ class DeletionRepository:
                 select(
                     Message.session_id,
                     func.count(),
-                    func.coalesce(func.sum(func.length(Message.payload_json)), 0),
+                    func.coalesce(func.sum(self._payload_bytes()), 0),
                 )
                 .where(Message.workspace_id == workspace_id, self._among(Message.session_id, chunk))
                 .group_by(Message.session_id),
