@@ -1,6 +1,6 @@
 """Runtime delta -> ``WatchActivity`` consumer, beside a bare gRPC server-stream of the same data.
 
-Run: ``.venv/bin/python -m bench.activity_bench [--rate 1000] [--seconds 3] [--burst 20000]``
+Run: ``.venv/bin/python -m bench.activity_bench [--rate 1000] [--seconds 3] [--burst 20000] [--rounds 3]``
 
 Starts Host in this process (its own event loop and port, a migrated SQLite database), registers
 a target, creates a Session, connects a runtime over ``RuntimeLink`` and starts a Turn. Then, in
@@ -23,11 +23,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import queue
+import statistics
 import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -319,13 +321,8 @@ def _measure_bare(rate: float, seconds: float, burst: int) -> dict[str, Any]:
     return results
 
 
-def main() -> None:
-    """Run the benchmark and write ``bench/results/activity_bench.json``."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rate", type=float, default=1000.0)
-    parser.add_argument("--seconds", type=float, default=3.0)
-    parser.add_argument("--burst", type=int, default=20_000)
-    args = parser.parse_args()
+def _one_round(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One interleaved round: our path on a fresh Host, then the bare stream."""
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{Path(tmp) / 'bench.db'}"
         upgrade(url)
@@ -348,23 +345,62 @@ def main() -> None:
         asyncio.run_coroutine_threadsafe(running.stop(0), runner.loop).result(timeout=30)
         runner.loop.call_soon_threadsafe(runner.loop.stop)
     bare = _measure_bare(args.rate, args.seconds, args.burst)
-    ours_tp = ours["throughput"].throughput_per_s or 0.0
-    bare_tp = bare["throughput"].throughput_per_s or 1.0
-    ratio = ours_tp / bare_tp
-    print(ratio_line(ours["latency"], bare["latency"]))
-    print(f"sustained throughput {ours_tp:,.0f}/s vs bare {bare_tp:,.0f}/s: {ratio:.2f}x")
+    return ours, bare
+
+
+def main() -> None:
+    """Run ``--rounds`` interleaved rounds and write ``bench/results/activity_bench.json``.
+
+    The machines are noisy, so the verdict uses the median of the per-round throughput
+    ratios; every round's numbers are kept in the result file.
+    """
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--burst", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    rounds = []
+    for number in range(1, args.rounds + 1):
+        ours, bare = _one_round(args)
+        ours_tp = ours["throughput"].throughput_per_s or 0.0
+        bare_tp = bare["throughput"].throughput_per_s or 1.0
+        ratio = ours_tp / bare_tp
+        print(f"round {number}: " + ratio_line(ours["latency"], bare["latency"]))
+        print(f"round {number}: sustained {ours_tp:,.0f}/s vs bare {bare_tp:,.0f}/s: {ratio:.2f}x")
+        rounds.append(
+            {
+                "watch_latency": ours["latency"],
+                "watch_throughput": ours["throughput"],
+                "bare_latency": bare["latency"],
+                "bare_throughput": bare["throughput"],
+                "throughput_ratio": ratio,
+            }
+        )
+    median_ratio = statistics.median(r["throughput_ratio"] for r in rounds)
+    median_p50 = statistics.median(r["watch_latency"].p50_ms for r in rounds)
+    median_p99 = statistics.median(r["watch_latency"].p99_ms for r in rounds)
+    print(
+        f"median over {len(rounds)} rounds: throughput ratio {median_ratio:.2f}x, "
+        f"report-to-watch p50 {median_p50:.3f} ms p99 {median_p99:.3f} ms"
+    )
     path = write_results(
         "activity_bench",
         {
             "rate_per_s": args.rate,
             "burst": args.burst,
-            "watch_latency": ours["latency"],
-            "watch_throughput": ours["throughput"],
-            "bare_latency": bare["latency"],
-            "bare_throughput": bare["throughput"],
-            "throughput_ratio": ratio,
+            "rounds": [
+                {
+                    key: (asdict(value) if hasattr(value, "p50_ms") else value)
+                    for key, value in entry.items()
+                }
+                for entry in rounds
+            ],
+            "median_throughput_ratio": median_ratio,
+            "median_watch_p50_ms": median_p50,
+            "median_watch_p99_ms": median_p99,
             "target_throughput_ratio": 0.5,
-            "meets_target": ratio >= 0.5,
+            "meets_target": median_ratio >= 0.5,
         },
     )
     print(f"wrote {path}")
