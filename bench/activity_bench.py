@@ -1,6 +1,7 @@
 """Runtime delta -> ``WatchActivity`` consumer, beside a bare gRPC server-stream of the same data.
 
-Run: ``.venv/bin/python -m bench.activity_bench [--rate 1000] [--seconds 3] [--burst 20000] [--rounds 3]``
+Run: ``.venv/bin/python -m bench.activity_bench [--rate 1000] [--seconds 3] [--burst 20000]
+[--rounds 3]``
 
 Starts Host in this process (its own event loop and port, a migrated SQLite database), registers
 a target, creates a Session, connects a runtime over ``RuntimeLink`` and starts a Turn. Then, in
