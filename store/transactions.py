@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Generic, TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from store.contention import retryable_error
 from store.engine import SQLITE_BEGIN_OPTION, sqlite_write_slot
@@ -138,6 +138,27 @@ async def write_session(engine: AsyncEngine) -> AsyncIterator[AsyncSession]:
             except BaseException:
                 await session.rollback()
                 raise
+    except Exception as exc:
+        mapped = retryable_error(exc)
+        if mapped is None:
+            raise
+        raise mapped from exc
+
+
+@asynccontextmanager
+async def write_connection(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """One Core write transaction, queued and mapped like :func:`write_session`.
+
+    For repositories that write with Core statements on a connection (the reference
+    backends, maintenance): waits for this process's SQLite write slot, begins
+    ``IMMEDIATE``, commits when the block ends, rolls back when it raises; contention
+    surfaces as ``Unavailable``/``Aborted`` instead of an internal error.
+    """
+    try:
+        async with sqlite_write_slot(engine), engine.connect() as connection:
+            connection = await connection.execution_options(**{SQLITE_BEGIN_OPTION: "IMMEDIATE"})
+            async with connection.begin():
+                yield connection
     except Exception as exc:
         mapped = retryable_error(exc)
         if mapped is None:

@@ -30,8 +30,8 @@ from services.appcenter.artifacts import (
 from store import page_tokens
 from store.codepoint import codepoint
 from store.database import Database
-from store.engine import SQLITE_BEGIN_OPTION
 from store.models import AppCenterApp, AppCenterArtifact, AppCenterGroup
+from store.transactions import write_connection
 
 __all__ = ["DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "AppStore"]
 
@@ -222,20 +222,18 @@ class AppStore:
         artifact_rows: list[dict[str, Any]] = []
         for app in apps:
             self._flatten(workspace_id, app, now, group_rows, artifact_rows)
-        async with self._database.engine.connect() as connection:
-            connection = await connection.execution_options(**{SQLITE_BEGIN_OPTION: "IMMEDIATE"})
-            async with connection.begin():
-                if connection.dialect.name == "postgresql":
-                    # Two loads of one app would both delete, then collide on insert.
-                    await connection.execute(
-                        text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOAD_LOCK_KEY}
-                    )
-                for app in apps:
-                    await self._replace_app_row(connection, workspace_id, app, now)
-                if group_rows:
-                    await connection.execute(insert(AppCenterGroup), group_rows)
-                if artifact_rows:
-                    await connection.execute(insert(AppCenterArtifact), artifact_rows)
+        async with write_connection(self._database.engine) as connection:
+            if connection.dialect.name == "postgresql":
+                # Two loads of one app would both delete, then collide on insert.
+                await connection.execute(
+                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOAD_LOCK_KEY}
+                )
+            for app in apps:
+                await self._replace_app_row(connection, workspace_id, app, now)
+            if group_rows:
+                await connection.execute(insert(AppCenterGroup), group_rows)
+            if artifact_rows:
+                await connection.execute(insert(AppCenterArtifact), artifact_rows)
         return LoadCounts(len(apps), len(group_rows), len(artifact_rows))
 
     async def _replace_app_row(
@@ -324,14 +322,12 @@ class AppStore:
         """
         if not app_id:
             raise InvalidArgument.for_field("app_id", "must not be empty")
-        async with self._database.engine.connect() as connection:
-            connection = await connection.execution_options(**{SQLITE_BEGIN_OPTION: "IMMEDIATE"})
-            async with connection.begin():
-                result = await connection.execute(
-                    delete(AppCenterApp).where(
-                        AppCenterApp.workspace_id == workspace_id, AppCenterApp.app_id == app_id
-                    )
+        async with write_connection(self._database.engine) as connection:
+            result = await connection.execute(
+                delete(AppCenterApp).where(
+                    AppCenterApp.workspace_id == workspace_id, AppCenterApp.app_id == app_id
                 )
+            )
         if result.rowcount == 0 and not allow_missing:
             raise NotFound(
                 f"app {app_id!r} does not exist",

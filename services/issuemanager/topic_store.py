@@ -32,8 +32,8 @@ from services.issuemanager.topics import (
 from store import page_tokens
 from store.codepoint import codepoint
 from store.database import Database
-from store.engine import SQLITE_BEGIN_OPTION
 from store.models import IssueManagerIssue, IssueManagerOutput, IssueManagerTopic
+from store.transactions import write_connection
 
 __all__ = ["DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "TopicStore"]
 
@@ -290,22 +290,20 @@ class TopicStore:
                     for output in stamped
                 )
         topic_ids = [topic.topic_id for topic in topics]
-        async with self._database.engine.connect() as connection:
-            connection = await connection.execution_options(**{SQLITE_BEGIN_OPTION: "IMMEDIATE"})
-            async with connection.begin():
-                if connection.dialect.name == "postgresql":
-                    await connection.execute(
-                        text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOAD_LOCK_KEY}
-                    )
-                await self._refuse_moved_issues(
-                    connection, workspace_id, [row["issue_id"] for row in issue_rows], topic_ids
+        async with write_connection(self._database.engine) as connection:
+            if connection.dialect.name == "postgresql":
+                await connection.execute(
+                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOAD_LOCK_KEY}
                 )
-                for topic in topics:
-                    await self._replace_topic_row(connection, workspace_id, topic, now)
-                if issue_rows:
-                    await connection.execute(insert(IssueManagerIssue), issue_rows)
-                if output_rows:
-                    await connection.execute(insert(IssueManagerOutput), output_rows)
+            await self._refuse_moved_issues(
+                connection, workspace_id, [row["issue_id"] for row in issue_rows], topic_ids
+            )
+            for topic in topics:
+                await self._replace_topic_row(connection, workspace_id, topic, now)
+            if issue_rows:
+                await connection.execute(insert(IssueManagerIssue), issue_rows)
+            if output_rows:
+                await connection.execute(insert(IssueManagerOutput), output_rows)
         return LoadCounts(len(topics), len(issue_rows), len(output_rows))
 
     @staticmethod
@@ -384,15 +382,13 @@ class TopicStore:
         """
         if not topic_id:
             raise InvalidArgument.for_field("topic_id", "must not be empty")
-        async with self._database.engine.connect() as connection:
-            connection = await connection.execution_options(**{SQLITE_BEGIN_OPTION: "IMMEDIATE"})
-            async with connection.begin():
-                result = await connection.execute(
-                    delete(IssueManagerTopic).where(
-                        IssueManagerTopic.workspace_id == workspace_id,
-                        IssueManagerTopic.topic_id == topic_id,
-                    )
+        async with write_connection(self._database.engine) as connection:
+            result = await connection.execute(
+                delete(IssueManagerTopic).where(
+                    IssueManagerTopic.workspace_id == workspace_id,
+                    IssueManagerTopic.topic_id == topic_id,
                 )
+            )
         if result.rowcount == 0 and not allow_missing:
             raise _topic_not_found(topic_id)
         return result.rowcount > 0

@@ -16,6 +16,7 @@ from sqlalchemy import insert, select, update
 from domainerrors import Internal, InvalidArgument
 from store.database import Database
 from store.models import MaintenancePreference
+from store.transactions import write_connection
 
 RETENTION_CHOICES_DAYS = (15, 30)
 DEFAULT_RETENTION_DAYS = 30
@@ -78,7 +79,7 @@ class RetentionPreferences:
         """
         if days not in RETENTION_CHOICES_DAYS:
             raise InvalidArgument.for_field("retention", "must be 15 or 30 days")
-        async with self._database.engine.begin() as connection:
+        async with write_connection(self._database.engine) as connection:
             stored = (
                 await connection.execute(
                     select(MaintenancePreference).where(MaintenancePreference.key == _KEY)

@@ -26,7 +26,7 @@ from store.engine import (
     sqlite_write_slot,
 )
 from store.models import Session
-from store.transactions import TransactionRunner, UnitOfWork, write_session
+from store.transactions import TransactionRunner, UnitOfWork, write_connection, write_session
 from tests.migrations.rows import WORKSPACE, session_row
 
 T = TypeVar("T")
@@ -129,10 +129,15 @@ def test_a_locked_store_is_unavailable_with_retry_info_not_internal(
             await TransactionRunner(engine, scope=_scope).run(blocked)
         except Unavailable as error:
             failures.append(error)
-        if sqlite:  # the maintenance-job helper maps the same way
+        if sqlite:  # the maintenance-job and Core-connection helpers map the same way
             try:
                 async with write_session(engine) as session:
                     await session.execute(insert(Session).values(**session_row("s-3")))
+            except Unavailable as error:
+                failures.append(error)
+            try:
+                async with write_connection(engine) as connection:
+                    await connection.execute(insert(Session).values(**session_row("s-4")))
             except Unavailable as error:
                 failures.append(error)
         return failures
@@ -142,7 +147,7 @@ def test_a_locked_store_is_unavailable_with_retry_info_not_internal(
         failures = _run(migrated_db_url, scenario, sqlite_busy_timeout_ms=100)
     finally:
         holder()
-    assert [error.reason for error in failures] == ["STORE_BUSY"] * (2 if sqlite else 1)
+    assert [error.reason for error in failures] == ["STORE_BUSY"] * (3 if sqlite else 1)
     assert all(error.retry_after_seconds for error in failures)
     with sync_engine.connect() as connection:
         assert connection.execute(select(Session.session_id)).scalars().all() == ["s-1"]
