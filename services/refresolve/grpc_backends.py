@@ -72,17 +72,8 @@ def _domain_error(backend: str, error: grpc.aio.AioRpcError, deadline: Deadline)
     )
 
 
-def _app_item(message: appcenter_pb2.Artifact) -> ReferenceItem:
-    return ReferenceItem(
-        path=message.path,
-        display_name=message.display_name,
-        size_bytes=message.size_bytes,
-        media_type=message.media_type,
-        created_at_unix_ms=message.created_at_unix_ms,
-    )
-
-
-def _output_item(message: issuemanager_pb2.IssueOutput) -> ReferenceItem:
+def _item(message: appcenter_pb2.Artifact | issuemanager_pb2.IssueOutput) -> ReferenceItem:
+    """An app artifact or an issue output as a resolved file (both carry the same fields)."""
     return ReferenceItem(
         path=message.path,
         display_name=message.display_name,
@@ -172,7 +163,7 @@ class GrpcReferenceBackends:
         )
         return AppPage(
             group_ids=tuple(group.group_id for group in response.groups),
-            files=tuple(_app_item(f) for f in response.files),
+            files=tuple(_item(f) for f in response.files),
             next_page_token=response.next_page_token,
         )
 
@@ -188,7 +179,7 @@ class GrpcReferenceBackends:
             "issuemanager", issuemanager.GetIssueDetail, request, deadline
         )
         return IssueOutputs(
-            items=tuple(_output_item(o) for o in response.latest_outputs),
+            items=tuple(_item(o) for o in response.latest_outputs),
             truncated=response.latest_outputs_truncated,
         )
 
@@ -207,6 +198,6 @@ class GrpcReferenceBackends:
             "issuemanager", issuemanager.SearchIssueOutputs, request, deadline
         )
         return TopicPage(
-            items=tuple(_output_item(hit.output) for hit in response.outputs),
+            items=tuple(_item(hit.output) for hit in response.outputs),
             next_page_token=response.next_page_token,
         )
