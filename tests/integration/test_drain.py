@@ -12,31 +12,16 @@ from pathlib import Path
 
 import grpc
 import pytest
-import yaml
 from grpc_health.v1 import health_pb2
 
-from grpcserver.auth import token_digest
 from grpcserver.probes import check_health
+from tests.support.servers import write_admin_token_file
 
 pytestmark = pytest.mark.slow
 
 
 def _start(tmp_path: Path, grace: float) -> tuple[subprocess.Popen[bytes], str]:
-    tokens = tmp_path / "tokens.yaml"
-    tokens.write_text(
-        yaml.safe_dump(
-            {
-                "tokens": [
-                    {
-                        "subject": "t",
-                        "role": "admin",
-                        "workspaces": ["*"],
-                        "sha256": token_digest("secret"),
-                    }
-                ]
-            }
-        )
-    )
+    tokens = write_admin_token_file(tmp_path / "tokens.yaml", "secret")
     port_file = tmp_path / "port"
     env = dict(
         os.environ,

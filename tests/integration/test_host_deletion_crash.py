@@ -20,13 +20,12 @@ from pathlib import Path
 
 import grpc
 import pytest
-import yaml
 from sqlalchemy import Engine, func, insert, select
 
 from agentactivity.host.v1 import host_pb2, host_pb2_grpc
-from grpcserver.auth import token_digest
 from store.engine import create_sync_engine_for
 from store.models import ResourceCleanupOutbox, Session
+from tests.support.servers import write_admin_token_file
 from tests.support.session_trees import add_messages
 
 pytestmark = pytest.mark.slow
@@ -44,21 +43,7 @@ def engine(migrated_db_url: str) -> Iterator[Engine]:
 
 
 def _start(tmp_path: Path, url: str) -> tuple[subprocess.Popen[bytes], str]:
-    tokens = tmp_path / "tokens.yaml"
-    tokens.write_text(
-        yaml.safe_dump(
-            {
-                "tokens": [
-                    {
-                        "subject": "ops",
-                        "role": "admin",
-                        "workspaces": ["*"],
-                        "sha256": token_digest(TOKEN),
-                    }
-                ]
-            }
-        )
-    )
+    tokens = write_admin_token_file(tmp_path / "tokens.yaml", TOKEN)
     port_file = tmp_path / "port"
     port_file.unlink(missing_ok=True)
     env = dict(

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-import yaml
 
 from agentactivity.refresolve.v1 import refresolve_pb2
-from grpcserver.auth import token_digest
+from tests.support.servers import write_admin_token_file
 
 pytestmark = pytest.mark.slow
 
@@ -30,21 +29,7 @@ def _free_port() -> int:
 
 @pytest.mark.spec("ARCH-4")
 def test_rpc_metrics_traces_and_json_logs(tmp_path: Path) -> None:
-    tokens = tmp_path / "tokens.yaml"
-    tokens.write_text(
-        yaml.safe_dump(
-            {
-                "tokens": [
-                    {
-                        "subject": "t",
-                        "role": "admin",
-                        "workspaces": ["*"],
-                        "sha256": token_digest("secret"),
-                    }
-                ]
-            }
-        )
-    )
+    tokens = write_admin_token_file(tmp_path / "tokens.yaml", "secret")
     metrics_port = _free_port()
     port_file = tmp_path / "port"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUTTI_")}

@@ -46,6 +46,13 @@ def test_registry() -> TokenRegistry:
     )
 
 
+def write_admin_token_file(path: Path, token: str) -> Path:
+    """Write a token registry with one admin token (for tests starting real processes)."""
+    entry = {"subject": "test-admin", "role": "admin", "workspaces": ["*"]}
+    path.write_text(yaml.safe_dump({"tokens": [{**entry, "sha256": token_digest(token)}]}))
+    return path
+
+
 def auth_metadata(principal: str) -> tuple[tuple[str, str], ...]:
     """Call metadata authenticating as ``principal``."""
     return (("authorization", f"Bearer {token_for(principal)}"),)
