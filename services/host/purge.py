@@ -23,11 +23,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sqlalchemy.exc import IntegrityError
+
 from domainerrors import FailedPrecondition, InvalidArgument
 from services.host.context import HostContext
 from services.host.deletion import Forest
 from services.host.repository.deletion import PurgeCandidate
 from services.host.repository.deletion_scope import DeletionScope, deletion_runner
+from services.host.repository.purge import ComponentFence, ComponentShape
 from services.host.restore import not_deleted, not_topmost
 from services.host.sessions import session_not_found, validate_session_id
 
@@ -46,8 +49,8 @@ DEFAULT_MAX_TREES = 100
 DEFAULT_MAX_ROWS = 10_000
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_COMPONENTS = 100
-SCAN_BATCH = 200
-TREES_PER_TRANSACTION = 64
+SCAN_BATCH = 1000
+TREES_PER_TRANSACTION = 256
 """Small eligible trees removed per write transaction (each tree whole; ADR 0016)."""
 ROWS_PER_TRANSACTION = 20_000
 """A batch closes before it would exceed this many canonical rows (one big tree goes alone)."""
@@ -84,21 +87,25 @@ class PurgeBounds:
 
 @dataclass(frozen=True)
 class TreeSelection:
-    """An eligible tree as the scan saw it: members by level and each member's fence."""
+    """An eligible tree as the scan saw it: one whole component, fenced by its generation."""
 
     workspace_id: str
     topmost: str
-    levels: tuple[tuple[str, ...], ...]
-    fence: dict[str, tuple[int, str | None]]
+    root: str
+    generation: str
+    deleted_at_unix_ms: int
+    size: int
+    """Sessions in the tree (its ``component_size``)."""
     rows: int
+    """Canonical rows a purge removes: the Sessions and their Turns, Messages, Interactions."""
     bytes: int
-    root: str = ""
-    """The tree root the scan saw (``""``: unknown, read it again under the write lock)."""
+    members: tuple[str, ...] = ()
+    """The Session ids; read only for a dry run (a purge learns them from its ``DELETE``)."""
 
     @property
-    def members(self) -> list[str]:
-        """Every member, parents before children."""
-        return [member for level in self.levels for member in level]
+    def fence(self) -> ComponentFence:
+        """What the purge's ``DELETE`` matches: root, generation and exact ``deleted_at``."""
+        return ComponentFence(self.root, self.generation, self.deleted_at_unix_ms)
 
 
 @dataclass
@@ -122,6 +129,35 @@ class ScanItem:
     blocked: bool
 
 
+def _fence_of(candidate: PurgeCandidate) -> ComponentFence | None:
+    if candidate.deletion_generation is None or candidate.tombstone_legacy:
+        return None
+    return ComponentFence(
+        candidate.root_session_id, candidate.deletion_generation, candidate.deleted_at_unix_ms
+    )
+
+
+def _is_whole_component(candidate: PurgeCandidate, shape: ComponentShape | None) -> bool:
+    """Whether the candidate's tree is exactly its component, restorable and old enough.
+
+    The component's members all descend from the topmost (it is their only head) and no member
+    has a child outside it, so the tree *is* the component; one ``deleted_at`` (at or before the
+    cutoff, as the candidate's), one size equal to the member count, no legacy member — the
+    HOST-DEL-8 verdict, decided from aggregates instead of the rows.
+    """
+    size = candidate.component_size
+    return (
+        shape is not None
+        and size is not None
+        and shape.members == size
+        and shape.component_size_range == (size, size)
+        and shape.deleted_at_range == (candidate.deleted_at_unix_ms,) * 2
+        and shape.legacy_members == 0
+        and shape.foreign_children == 0
+        and shape.heads == 1
+    )
+
+
 async def scan_trees(
     ctx: HostContext,
     workspace_id: str | None,
@@ -129,8 +165,15 @@ async def scan_trees(
     *,
     after: tuple[int, str, str] | None = None,
     limit: int = SCAN_BATCH,
+    with_members: bool = False,
 ) -> list[ScanItem]:
-    """Classify the next ``limit`` topmost tombstones at or before the cutoff (read only)."""
+    """Classify the next ``limit`` topmost tombstones at or before the cutoff (read only).
+
+    A candidate whose component aggregates show a whole, clean tree is eligible without reading
+    its rows; any other candidate (rare: a live, legacy, too-new or foreign descendant) is
+    classified from its tree's rows with :class:`Forest`. ``with_members`` also reads each
+    eligible tree's Session ids (for a dry run).
+    """
 
     async def run(scope: DeletionScope) -> list[ScanItem]:
         candidates = await scope.deletion.purge_candidates(
@@ -139,115 +182,129 @@ async def scan_trees(
         by_workspace: dict[str, list[PurgeCandidate]] = {}
         for candidate in candidates:
             by_workspace.setdefault(candidate.workspace_id, []).append(candidate)
-        forests: dict[str, Forest] = {}
-        volumes: dict[tuple[str, str], tuple[int, int]] = {}
+        decided: dict[tuple[str, str], ScanItem] = {}
         for ws, group in by_workspace.items():
-            forest = Forest(await scope.deletion.tree_rows(ws, {c.root_session_id for c in group}))
-            forests[ws] = forest
-            members = [m for c in group for m in forest.subtree(c.session_id)]
-            for sid, volume in (await scope.deletion.volume_by_session(ws, members)).items():
-                volumes[(ws, sid)] = volume
-        items: list[ScanItem] = []
-        for candidate in candidates:
-            forest = forests[candidate.workspace_id]
-            levels = forest.levels(candidate.session_id)
-            rows = [forest.rows[m] for level in levels for m in level]
-            if any(
-                row.is_live
-                or row.deleted_at_unix_ms is None
-                or row.deleted_at_unix_ms > cutoff_unix_ms
-                for row in rows
-            ):
-                items.append(ScanItem(candidate, None, True))
-                continue
-            if not forest.verdict(candidate.session_id).restorable:
-                items.append(ScanItem(candidate, None, False))  # left to HOST-DEL-10
-                continue
-            counted = [volumes[(candidate.workspace_id, row.session_id)] for row in rows]
-            selection = TreeSelection(
-                workspace_id=candidate.workspace_id,
-                topmost=candidate.session_id,
-                levels=tuple(tuple(level) for level in levels),
-                fence={
-                    row.session_id: (int(row.deleted_at_unix_ms or 0), row.deletion_generation)
-                    for row in rows
-                },
-                rows=sum(volume[0] for volume in counted),
-                bytes=sum(volume[1] for volume in counted),
-                root=candidate.root_session_id,
+            fences = [fence for fence in map(_fence_of, group) if fence is not None]
+            shapes = await scope.purge.component_shapes(ws, fences) if fences else {}
+            eligible: list[tuple[PurgeCandidate, ComponentFence]] = []
+            rest: list[PurgeCandidate] = []
+            for candidate in group:
+                fence = _fence_of(candidate)
+                if fence is not None and _is_whole_component(
+                    candidate, shapes.get(fence.generation)
+                ):
+                    eligible.append((candidate, fence))
+                else:
+                    rest.append(candidate)
+            if rest:
+                forest = Forest(
+                    await scope.deletion.tree_rows(ws, {c.root_session_id for c in rest})
+                )
+                for candidate in rest:
+                    verdict = _classify(forest, candidate, cutoff_unix_ms)
+                    if isinstance(verdict, ComponentFence):
+                        eligible.append((candidate, verdict))
+                    else:
+                        decided[(ws, candidate.session_id)] = ScanItem(candidate, None, verdict)
+            chosen = [fence for _, fence in eligible]
+            volumes = await scope.purge.component_volumes(ws, chosen) if chosen else {}
+            members = (
+                await scope.purge.component_members(ws, chosen) if chosen and with_members else {}
             )
-            items.append(ScanItem(candidate, selection, False))
-        return items
+            for candidate, fence in eligible:
+                size = candidate.component_size or 0
+                rows, size_bytes = volumes.get(fence.generation, (0, 0))
+                selection = TreeSelection(
+                    workspace_id=ws,
+                    topmost=candidate.session_id,
+                    root=fence.root_session_id,
+                    generation=fence.generation,
+                    deleted_at_unix_ms=fence.deleted_at_unix_ms,
+                    size=size,
+                    rows=size + rows,
+                    bytes=size_bytes,
+                    members=tuple(members.get(fence.generation, ())),
+                )
+                decided[(ws, candidate.session_id)] = ScanItem(candidate, selection, False)
+        return [decided[(c.workspace_id, c.session_id)] for c in candidates]
 
     return await deletion_runner(ctx.database.engine).run(run, write=False)
 
 
+def _classify(
+    forest: Forest, candidate: PurgeCandidate, cutoff_unix_ms: int
+) -> ComponentFence | bool:
+    """A candidate's tree from its rows: its fence when eligible, else whether it is blocked
+    (a live or too-new member) rather than not restorable (left to HOST-DEL-10)."""
+    members = forest.subtree(candidate.session_id)
+    rows = [forest.rows[m] for m in members]
+    if any(
+        row.is_live or row.deleted_at_unix_ms is None or row.deleted_at_unix_ms > cutoff_unix_ms
+        for row in rows
+    ):
+        return True
+    if not forest.verdict(candidate.session_id).restorable:
+        return False
+    topmost = forest.rows[candidate.session_id]
+    return ComponentFence(
+        topmost.root_session_id,
+        str(topmost.deletion_generation),
+        int(topmost.deleted_at_unix_ms or 0),
+    )
+
+
 class _Changed(Exception):
-    """A delete removed other rows than the verified trees: roll the batch back."""
+    """A selected component changed after the scan: roll the batch back."""
 
 
 async def purge_trees(
     ctx: HostContext, selections: list[TreeSelection], *, reason: str = ""
-) -> set[str]:
+) -> dict[str, list[str]]:
     """Remove selected trees in one transaction, each whole and fenced (HOST-DEL-9).
 
-    Every tree is re-read under lock (``FOR UPDATE`` on Postgres, the write lock on SQLite)
-    and kept — not removed — when it changed after selection: a member restored, deleted
-    again (another ``deleted_at`` or generation), added or gone, or it is no longer topmost.
-    The verified trees are then deleted leaf-first together with one cleanup-outbox row per
-    (workspace, Session). A tree is never split across transactions; several trees may share
-    one, which is what makes a large purge cheap (ADR 0016).
+    The tree roots are locked first (Postgres ``FOR UPDATE``; the write lock on SQLite). A
+    selected child topmost whose parent has been tombstoned meanwhile is no longer topmost and
+    is kept. The rest are removed by one fenced ``DELETE`` — root, generation and the exact
+    ``deleted_at`` the scan selected — with one cleanup-outbox row per (workspace, Session) in
+    the same transaction. A component restored, deleted again or absorbed (a new generation)
+    matches no row, and a member that gained a child outside the component makes the
+    ``DELETE`` fail; either way the batch rolls back and each tree is retried in a transaction
+    of its own, so one changed tree is kept whole without holding back the others.
 
     Returns:
-        The topmost ids of the trees removed (all in one workspace per call).
+        ``topmost -> removed Session ids`` of the trees removed (all in one workspace).
     """
     if not selections:
-        return set()
+        return {}
     ws = selections[0].workspace_id
 
-    async def run(scope: DeletionScope) -> set[str]:
-        # The scan's root is a hint (a Session's root never changes while it exists); a
-        # selection without one costs a read. Either way the tree is verified below against
-        # the rows read under lock: a topmost missing from them is kept, never removed.
-        unknown = [selection.topmost for selection in selections if not selection.root]
-        roots = await scope.deletion.roots_of(ws, unknown) if unknown else {}
-        roots.update({s.topmost: s.root for s in selections if s.root})
-        forest = Forest(await scope.deletion.tree_rows(ws, set(roots.values()), lock=True))
-        verified: list[TreeSelection] = []
-        for selection in selections:
-            if selection.topmost not in forest.rows or not forest.is_topmost_tombstone(
-                selection.topmost
-            ):
-                continue
-            members = forest.subtree(selection.topmost)
-            if set(members) != set(selection.fence) or any(
-                (forest.rows[m].deleted_at_unix_ms, forest.rows[m].deletion_generation)
-                != selection.fence[m]
-                for m in members
-            ):
-                continue  # the exact-deleted_at fence: this tree changed, keep it whole
-            verified.append(selection)
-        depth = max((len(selection.levels) for selection in verified), default=0)
-        levels = [
-            [m for selection in verified if i < len(selection.levels) for m in selection.levels[i]]
-            for i in range(depth)
-        ]
-        expected = sum(len(selection.fence) for selection in verified)
-        # The rows are locked and verified, so deleting by id removes exactly them.
-        if await scope.deletion.delete_sessions(ws, levels) != expected:
-            raise _Changed
-        await scope.deletion.insert_cleanup_rows(
-            ws,
-            [m for selection in verified for m in selection.members],
-            ctx.clock(),
-            reason or CLEANUP_REASON,
+    async def run(scope: DeletionScope) -> dict[str, list[str]]:
+        await scope.purge.lock_roots(ws, [s.root for s in selections])
+        moved = await scope.purge.under_tombstoned_parent(
+            ws, [s.topmost for s in selections if s.topmost != s.root]
         )
-        return {selection.topmost for selection in verified}
+        kept = [s for s in selections if s.topmost not in moved]
+        if not kept:
+            return {}
+        removed = await scope.purge.purge_components(
+            ws, [s.fence for s in kept], ctx.clock(), reason or CLEANUP_REASON
+        )
+        by_generation: dict[str, list[str]] = {s.generation: [] for s in kept}
+        for session_id, generation in removed:
+            by_generation[generation].append(session_id)
+        if any(len(by_generation[s.generation]) != s.size for s in kept):
+            raise _Changed
+        return {s.topmost: by_generation[s.generation] for s in kept}
 
     try:
         return await deletion_runner(ctx.database.engine).run(run)
-    except _Changed:
-        return set()
+    except (_Changed, IntegrityError):
+        if len(selections) == 1:
+            return {}
+    done: dict[str, list[str]] = {}
+    for selection in selections:
+        done.update(await purge_trees(ctx, [selection], reason=reason))
+    return done
 
 
 async def purge_tree(ctx: HostContext, selection: TreeSelection, *, reason: str = "") -> bool:
@@ -282,15 +339,19 @@ async def purge_deleted_sessions(
         batch, pending, pending_rows = pending, [], 0
         if not batch:
             return
-        removed = batch if dry_run else None
-        if removed is None:
-            done: set[str] = set()
+        if dry_run:
+            removed = {s.topmost: list(s.members) for s in batch}
+        else:
+            removed = {}
             for workspace in dict.fromkeys(s.workspace_id for s in batch):
-                done |= await purge_trees(ctx, [s for s in batch if s.workspace_id == workspace])
-            removed = [s for s in batch if s.topmost in done]
+                removed.update(
+                    await purge_trees(ctx, [s for s in batch if s.workspace_id == workspace])
+                )
             report.blocked_tree_count += len(batch) - len(removed)
-        for selection in removed:
-            report.purged.extend((selection.workspace_id, m) for m in selection.members)
+        for selection in batch:
+            if selection.topmost not in removed:
+                continue
+            report.purged.extend((selection.workspace_id, m) for m in removed[selection.topmost])
             report.purged_tree_count += 1
             report.purged_row_count += selection.rows
             report.purged_bytes += selection.bytes
@@ -298,7 +359,9 @@ async def purge_deleted_sessions(
     after: tuple[int, str, str] | None = None
     taken = rows = size = 0
     while True:
-        items = await scan_trees(ctx, workspace_id, cutoff_unix_ms, after=after)
+        items = await scan_trees(
+            ctx, workspace_id, cutoff_unix_ms, after=after, with_members=dry_run
+        )
         if not items:
             await flush()
             return report

@@ -19,19 +19,15 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     ColumnElement,
-    Integer,
-    LargeBinary,
     Text,
     and_,
     any_,
-    cast,
     delete,
     exists,
     func,
     literal,
     or_,
     select,
-    union_all,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -44,7 +40,6 @@ from services.host.repository.sessions import session_record
 from store.models import (
     HostOperation,
     Interaction,
-    Message,
     ResourceCleanupOutbox,
     RuntimeCommandOutbox,
     Session,
@@ -124,6 +119,9 @@ class PurgeCandidate:
     session_id: str
     root_session_id: str
     deleted_at_unix_ms: int
+    deletion_generation: str | None = None
+    component_size: int | None = None
+    tombstone_legacy: bool = False
 
 
 @dataclass(frozen=True)
@@ -451,6 +449,9 @@ class DeletionRepository:
             Session.session_id,
             Session.root_session_id,
             Session.deleted_at_unix_ms,
+            Session.deletion_generation,
+            Session.component_size,
+            Session.tombstone_legacy,
         ).where(
             Session.deleted_at_unix_ms.is_not(None),
             or_(Session.parent_session_id.is_(None), live_parent),
@@ -476,52 +477,17 @@ class DeletionRepository:
             Session.deleted_at_unix_ms, Session.workspace_id, Session.session_id
         ).limit(limit)
         return [
-            PurgeCandidate(str(row[0]), str(row[1]), str(row[2]), int(row[3] or 0))
+            PurgeCandidate(
+                workspace_id=str(row[0]),
+                session_id=str(row[1]),
+                root_session_id=str(row[2]),
+                deleted_at_unix_ms=int(row[3] or 0),
+                deletion_generation=None if row[4] is None else str(row[4]),
+                component_size=None if row[5] is None else int(row[5]),
+                tombstone_legacy=bool(row[6]),
+            )
             for row in await self._db.execute(statement)
         ]
-
-    def _payload_bytes(self) -> ColumnElement[int]:
-        """Stored UTF-8 bytes of a message payload, the same on both backends.
-
-        Postgres ``octet_length`` reads the size from the TOAST header without
-        de-toasting the value (``length`` would decompress every payload to count
-        characters); SQLite counts the bytes of the text cast to a blob.
-        """
-        if self._postgres:
-            return func.octet_length(Message.payload_json)
-        return func.length(cast(Message.payload_json, LargeBinary))
-
-    async def volume_by_session(
-        self, workspace_id: str, session_ids: Sequence[str]
-    ) -> dict[str, tuple[int, int]]:
-        """Per Session: canonical rows a purge removes (itself, Turns, Messages, Interactions)
-        and stored message payload bytes.
-
-        One statement per batch (the three per-table counts as a ``UNION ALL``) that reads
-        only the grouping key and the payload length.
-        """
-        volume = {sid: [1, 0] for sid in session_ids}
-        for chunk in self._batches(session_ids):
-            counted = union_all(
-                select(
-                    Message.session_id,
-                    func.count(),
-                    func.coalesce(func.sum(self._payload_bytes()), 0),
-                )
-                .where(Message.workspace_id == workspace_id, self._among(Message.session_id, chunk))
-                .group_by(Message.session_id),
-                *(
-                    select(model.session_id, func.count(), literal(0, Integer))
-                    .where(model.workspace_id == workspace_id, self._among(model.session_id, chunk))
-                    .group_by(model.session_id)
-                    for model in (Turn, Interaction)
-                ),
-            )
-            for sid, rows, size in await self._db.execute(counted):
-                entry = volume[str(sid)]
-                entry[0] += int(rows)
-                entry[1] += int(size)
-        return {sid: (rows, size) for sid, (rows, size) in volume.items()}
 
     async def delete_sessions(self, workspace_id: str, levels: Sequence[Sequence[str]]) -> int:
         """Delete Sessions level by level, deepest level first (leaf-first, HOST-DEL-10).

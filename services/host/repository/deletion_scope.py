@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from services.host.activity_store import ActivityRepositories
 from services.host.repository.deletion import DeletionRepository
+from services.host.repository.purge import PurgeRepository
 from services.host.repository.sessions import SessionRepository
 from store.transactions import TransactionRunner, UnitOfWork
 
@@ -21,6 +22,7 @@ class DeletionScope:
 
     Attributes:
         deletion: tree reads, tombstones, purge deletes, outbox and event rows.
+        purge: the retention purge's set-based reads and fenced deletes, by component.
         activity: the activity lifecycle repositories (Turns, Interactions, commands).
         sessions: Session records as the wire shows them.
         uow: the unit of work (post-commit hooks).
@@ -28,6 +30,7 @@ class DeletionScope:
 
     def __init__(self, session: AsyncSession, uow: UnitOfWork) -> None:
         self.deletion = DeletionRepository(session)
+        self.purge = PurgeRepository(session)
         self.activity = ActivityRepositories(session, uow)
         self.sessions = SessionRepository(session)
         self.uow = uow
