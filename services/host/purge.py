@@ -6,11 +6,16 @@ or before the cutoff, oldest first, in read transactions, and classifies each tr
 * **blocked** — a member is live or was deleted after the cutoff: the tree is kept whole, and
   the scan goes on, so a blocked tree never stops unrelated eligible trees;
 * **not restorable** (legacy or incomplete) — left to the explicit manual purge;
-* **eligible** — removed by :func:`purge_trees` in a write transaction that re-reads the
-  tree under lock and removes it only if every member still has the exact ``deleted_at`` and
-  generation the scan selected (a member restored and deleted again in between is not
-  purged), together with one resource-cleanup outbox row per (workspace, Session). A tree is
-  never split across transactions; up to ``TREES_PER_TRANSACTION`` small trees share one.
+* **eligible** — its tree is exactly one restorable component, removed by :func:`purge_trees`
+  with one fenced ``DELETE`` (root, generation and the exact ``deleted_at`` the scan selected,
+  so a member restored and deleted again in between is not purged), together with one
+  resource-cleanup outbox row per (workspace, Session). A tree is never split across
+  transactions; up to ``TREES_PER_TRANSACTION`` small trees share one, and a batch in which
+  any tree changed is rolled back and retried one tree per transaction.
+
+The scan decides most candidates from per-component aggregates
+(``services.host.repository.purge``) and reads tree rows into a :class:`Forest` only for the
+rest; see ADR 0016 §6.
 
 The bounds (trees, rows, bytes) are checked before each tree; the first eligible tree is
 always taken even when it alone exceeds them, so a large tree cannot starve.
@@ -339,19 +344,20 @@ async def purge_deleted_sessions(
         batch, pending, pending_rows = pending, [], 0
         if not batch:
             return
+        # Keyed by (workspace, topmost): the same Session id may exist in several workspaces.
+        removed: dict[tuple[str, str], list[str]] = {}
         if dry_run:
-            removed = {s.topmost: list(s.members) for s in batch}
+            removed = {(s.workspace_id, s.topmost): list(s.members) for s in batch}
         else:
-            removed = {}
             for workspace in dict.fromkeys(s.workspace_id for s in batch):
-                removed.update(
-                    await purge_trees(ctx, [s for s in batch if s.workspace_id == workspace])
-                )
+                done = await purge_trees(ctx, [s for s in batch if s.workspace_id == workspace])
+                removed.update(((workspace, top), ids) for top, ids in done.items())
             report.blocked_tree_count += len(batch) - len(removed)
         for selection in batch:
-            if selection.topmost not in removed:
+            key = (selection.workspace_id, selection.topmost)
+            if key not in removed:
                 continue
-            report.purged.extend((selection.workspace_id, m) for m in removed[selection.topmost])
+            report.purged.extend((selection.workspace_id, m) for m in removed[key])
             report.purged_tree_count += 1
             report.purged_row_count += selection.rows
             report.purged_bytes += selection.bytes

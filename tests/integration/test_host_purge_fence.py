@@ -50,8 +50,8 @@ class Purger:
     def run(self, awaitable: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(awaitable)
 
-    def delete(self, *ids: str) -> None:
-        self.run(deletion.delete_sessions(self.ctx, WS, list(ids)))
+    def delete(self, *ids: str, workspace_id: str = WS) -> None:
+        self.run(deletion.delete_sessions(self.ctx, workspace_id, list(ids)))
 
     def scan(self, cutoff: int = CUTOFF) -> dict[str, purge.ScanItem]:
         items = self.run(purge.scan_trees(self.ctx, WS, cutoff))
@@ -245,3 +245,14 @@ def test_a_dry_run_reports_the_members_and_changes_nothing(engine: Engine, purge
     assert report.purged_tree_count == 2
     assert len(sessions(engine)) == 5
     assert cleanup_rows(engine) == set()
+
+
+@pytest.mark.spec("HOST-DEL-9")
+def test_one_call_purges_the_same_ids_in_several_workspaces(engine: Engine, purger: Purger) -> None:
+    for workspace in ("ws-1", "ws-2"):
+        add_tree(engine, {"x": None, "x1": "x"}, workspace_id=workspace)
+        purger.delete("x", workspace_id=workspace)
+    report = purger.run(purge.purge_deleted_sessions(purger.ctx, None, CUTOFF, purge.PurgeBounds()))
+    assert report.purged_tree_count == 2
+    assert sorted(report.purged) == [("ws-1", "x"), ("ws-1", "x1"), ("ws-2", "x"), ("ws-2", "x1")]
+    assert cleanup_rows(engine) == set(report.purged)
