@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import statistics
 import tempfile
 import time
@@ -187,14 +188,23 @@ async def purge_seconds(url: str, rows: int) -> float:
     return ours
 
 
-def bench_purge_round(url: str, number: int) -> dict[str, Any]:
-    """One round on a fresh database: ours and the raw ``DELETE`` of the same seeded rows,
-    the order alternating between rounds so a drift of the machine favours neither."""
+def bench_purge_round(
+    fresh: Callable[[], tuple[str, Callable[[], None]]], number: int
+) -> dict[str, Any]:
+    """One round: ours and the raw ``DELETE`` of the same seeded rows, each on a fresh
+    database (a second run in the same database works among the first run's dead rows), the
+    order alternating between rounds so a drift of the machine favours neither."""
     seconds: dict[str, float] = {}
+    rows = 0
     for side in ("ours", "raw") if number % 2 else ("raw", "ours"):
-        rows = seed_purge_trees(url)
-        seconds[side] = asyncio.run(purge_seconds(url, rows)) if side == "ours" else raw_delete(url)
-        _truncate_outbox(url)
+        url, drop = fresh()
+        try:
+            rows = seed_purge_trees(url)
+            seconds[side] = (
+                asyncio.run(purge_seconds(url, rows)) if side == "ours" else raw_delete(url)
+            )
+        finally:
+            drop()
     ours_rate, raw_rate = rows / seconds["ours"], rows / seconds["raw"]
     return {
         "round": number,
@@ -216,15 +226,6 @@ def summarize_purge(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "raw_delete_seconds_median": statistics.median(r["raw_delete_seconds"] for r in rounds),
         "ratio_median": statistics.median(r["ratio"] for r in rounds),
     }
-
-
-def _truncate_outbox(url: str) -> None:
-    engine = create_sync_engine_for(url)
-    try:
-        with engine.begin() as connection:
-            connection.execute(text("DELETE FROM resource_cleanup_outbox"))
-    finally:
-        engine.dispose()
 
 
 def seed_big_tree(url: str) -> str:
@@ -378,11 +379,10 @@ def main() -> None:
             section: dict[str, Any] = {}
             purge_rounds = []
             for number in range(1, args.purge_rounds + 1):
-                url, drop = fresh_database(backend, args.postgres_admin_url, Path(tmp))
-                try:
-                    purge_rounds.append(bench_purge_round(url, number))
-                finally:
-                    drop()
+                fresh = functools.partial(
+                    fresh_database, backend, args.postgres_admin_url, Path(tmp)
+                )
+                purge_rounds.append(bench_purge_round(fresh, number))
                 latest = purge_rounds[-1]
                 print(
                     f"[{backend}] purge round {number}: {latest['purge_seconds']} s vs raw "

@@ -26,6 +26,8 @@ descendant must be tombstoned; legacy and incomplete components are removed leaf
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from dataclasses import dataclass, field
 
 from sqlalchemy.exc import IntegrityError
@@ -55,6 +57,7 @@ DEFAULT_MAX_ROWS = 10_000
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_COMPONENTS = 100
 SCAN_BATCH = 1000
+FIRST_SCAN_BATCH = 250
 TREES_PER_TRANSACTION = 256
 """Small eligible trees removed per write transaction (each tree whole; ADR 0016)."""
 ROWS_PER_TRANSACTION = 20_000
@@ -362,42 +365,68 @@ async def purge_deleted_sessions(
             report.purged_row_count += selection.rows
             report.purged_bytes += selection.bytes
 
-    after: tuple[int, str, str] | None = None
     taken = rows = size = 0
-    while True:
-        items = await scan_trees(
-            ctx, workspace_id, cutoff_unix_ms, after=after, with_members=dry_run
+
+    def scan(after: tuple[int, str, str] | None) -> tuple[asyncio.Task[list[ScanItem]], int]:
+        # No more candidates than the tree bound can still take (+1 to see whether more
+        # remain); blocked and skipped trees take no budget, so the loop may scan again.
+        limit = max(1, min(SCAN_BATCH if after else FIRST_SCAN_BATCH, bounds.max_trees - taken + 1))
+        task = asyncio.ensure_future(
+            scan_trees(
+                ctx, workspace_id, cutoff_unix_ms, after=after, limit=limit, with_members=dry_run
+            )
         )
-        if not items:
-            await flush()
-            return report
-        for item in items:
-            if item.blocked:
-                report.blocked_tree_count += 1
-                continue
-            selection = item.selection
-            if selection is None:
-                continue
-            if taken >= bounds.max_trees or (
-                taken > 0
-                and (
-                    rows + selection.rows > bounds.max_rows
-                    or size + selection.bytes > bounds.max_bytes
-                )
-            ):
-                report.more_remaining = True
-                await flush()
-                return report
-            taken, rows, size = taken + 1, rows + selection.rows, size + selection.bytes
-            if pending and (
-                len(pending) >= trees_per_transaction
-                or pending_rows + selection.rows > ROWS_PER_TRANSACTION
-            ):
-                await flush()
-            pending.append(selection)
-            pending_rows += selection.rows
-        last = items[-1].candidate
-        after = (last.deleted_at_unix_ms, last.workspace_id, last.session_id)
+        return task, limit
+
+    upcoming: tuple[asyncio.Task[list[ScanItem]], int] | None = scan(None)
+    try:
+        while upcoming is not None:
+            items = await upcoming[0]
+            full_page = len(items) == upcoming[1]
+            upcoming = None
+            if not items:
+                break
+            eligible = sum(1 for item in items if item.selection is not None)
+            if full_page and taken + eligible < bounds.max_trees:
+                # Read the next page while this one's trees are removed: the scan is a read
+                # transaction of its own, and the fenced DELETE makes any staleness harmless.
+                last = items[-1].candidate
+                upcoming = scan((last.deleted_at_unix_ms, last.workspace_id, last.session_id))
+            for item in items:
+                if item.blocked:
+                    report.blocked_tree_count += 1
+                    continue
+                selection = item.selection
+                if selection is None:
+                    continue
+                if taken >= bounds.max_trees or (
+                    taken > 0
+                    and (
+                        rows + selection.rows > bounds.max_rows
+                        or size + selection.bytes > bounds.max_bytes
+                    )
+                ):
+                    report.more_remaining = True
+                    await flush()
+                    return report
+                taken, rows, size = taken + 1, rows + selection.rows, size + selection.bytes
+                if pending and (
+                    len(pending) >= trees_per_transaction
+                    or pending_rows + selection.rows > ROWS_PER_TRANSACTION
+                ):
+                    await flush()
+                pending.append(selection)
+                pending_rows += selection.rows
+            if upcoming is None and full_page:  # a short page was the last one
+                last = items[-1].candidate
+                upcoming = scan((last.deleted_at_unix_ms, last.workspace_id, last.session_id))
+        await flush()
+        return report
+    finally:
+        if upcoming is not None:  # a page read ahead that is no longer needed
+            upcoming[0].cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await upcoming[0]
 
 
 # --------------------------------------------------------------------------- manual purge

@@ -256,3 +256,39 @@ def test_one_call_purges_the_same_ids_in_several_workspaces(engine: Engine, purg
     assert (report.purged_tree_count, report.blocked_tree_count) == (2, 0)
     assert sorted(report.purged) == [("ws-1", "x"), ("ws-1", "x1"), ("ws-2", "x"), ("ws-2", "x1")]
     assert cleanup_rows(engine) == set(report.purged)
+
+
+@pytest.mark.spec("HOST-DEL-9")
+def test_a_purge_over_several_scan_pages_takes_trees_in_order_up_to_the_bound(
+    engine: Engine, purger: Purger
+) -> None:
+    count = purge.FIRST_SCAN_BATCH + 60
+    ids = [f"t{i:04d}" for i in range(count)]
+    add_tree(engine, dict.fromkeys(ids) | {f"{sid}-kid": sid for sid in ids[::7]})
+    purger.delete(*ids)  # one deleted_at: the scan goes in id order
+    with engine.begin() as connection:  # every 7th tree has a live child: blocked
+        connection.execute(
+            update(Session)
+            .where(Session.session_id.in_([f"{sid}-kid" for sid in ids[::7]]))
+            .values(deleted_at_unix_ms=None, deletion_generation=None, component_size=None)
+        )
+    eligible = [sid for index, sid in enumerate(ids) if index % 7]
+    bound = purge.FIRST_SCAN_BATCH + 10
+    first = purger.run(
+        purge.purge_deleted_sessions(
+            purger.ctx, WS, CUTOFF, purge.PurgeBounds(max_trees=bound, max_rows=10**6)
+        )
+    )
+    assert [sid for _, sid in first.purged] == eligible[:bound]
+    assert first.more_remaining
+    stop = ids.index(eligible[bound])  # the scan stopped at the first tree over the bound
+    assert first.blocked_tree_count == len(ids[:stop:7])
+    second = purger.run(
+        purge.purge_deleted_sessions(
+            purger.ctx, WS, CUTOFF, purge.PurgeBounds(max_trees=bound, max_rows=10**6)
+        )
+    )
+    assert [sid for _, sid in second.purged] == eligible[bound:]
+    assert not second.more_remaining
+    assert second.blocked_tree_count == len(ids[::7])
+    assert set(sessions(engine)) == set(ids[::7]) | {f"{s}-kid" for s in ids[::7]}
