@@ -2,10 +2,8 @@
 
 Every statement that names a set of Sessions is chunked, so a 5,000-Session tree never builds one
 enormous statement: on SQLite ``_CHUNK`` ids per ``IN`` list; on Postgres the ids travel as one
-``text[]`` parameter (``= ANY(:ids)``, ``_ARRAY_CHUNK`` per statement). A list of separate
-parameters would make psycopg's prepared statements fall back to a generic plan that compares
-every candidate row with every list element (the purge benchmark spent most of its Postgres time
-there); an array parameter keeps one statement text per query and probes the index per id.
+``text[]`` parameter (``= ANY(:ids)``, ``_ARRAY_CHUNK`` per statement; why:
+``repository.id_sets``). The retention purge's component statements are in ``repository.purge``.
 Tree shape is read as :class:`TreeRow` values — the columns the deletion rules need and nothing
 else — and the rules themselves live in ``services.host.deletion``.
 """
@@ -14,14 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import (
     BigInteger,
-    ColumnElement,
     Text,
     and_,
-    any_,
     delete,
     exists,
     func,
@@ -36,6 +31,7 @@ from sqlalchemy.orm import aliased
 
 from services.host import activity_log
 from services.host.records import SessionRecord
+from services.host.repository.id_sets import IdSetStatements
 from services.host.repository.sessions import session_record
 from store.models import (
     HostOperation,
@@ -144,27 +140,14 @@ class CleanupRow:
     live_owner_in_other_workspace: bool
 
 
-class DeletionRepository:
+class DeletionRepository(IdSetStatements):
     """Reads and writes what delete, restore, purge and the cleanup outbox touch."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self._db = session
-
-    @property
-    def _postgres(self) -> bool:
-        return self._db.get_bind().dialect.name == "postgresql"
 
     def _batches(self, values: Sequence[str]) -> Iterator[list[str]]:
         """``values`` in statement-sized batches (larger on Postgres: one array parameter)."""
         size = _ARRAY_CHUNK if self._postgres else _CHUNK
         for start in range(0, len(values), size):
             yield list(values[start : start + size])
-
-    def _among(self, column: Any, ids: list[str]) -> ColumnElement[bool]:
-        """``column IN ids``: one ``text[]`` parameter on Postgres, an ``IN`` list on SQLite."""
-        if self._postgres:
-            return column == any_(literal(ids, postgresql.ARRAY(Text)))  # type: ignore[no-any-return]
-        return column.in_(ids)  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------------------ tree reads
 

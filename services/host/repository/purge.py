@@ -35,7 +35,6 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
-    any_,
     case,
     cast,
     delete,
@@ -48,8 +47,8 @@ from sqlalchemy import (
     union_all,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncSession
 
+from services.host.repository.id_sets import IdSetStatements
 from store.models import Interaction, Message, ResourceCleanupOutbox, Session, Turn
 
 __all__ = ["ComponentFence", "ComponentShape", "PurgeRepository"]
@@ -90,33 +89,21 @@ class ComponentShape:
     """Members whose parent is not in the component (exactly the topmost in a sound tree)."""
 
 
-class PurgeRepository:
+class PurgeRepository(IdSetStatements):
     """Reads and removes whole tombstone components by generation."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self._db = session
-
-    @property
-    def _postgres(self) -> bool:
-        return self._db.get_bind().dialect.name == "postgresql"
 
     def _chunks(self, fences: Sequence[ComponentFence]) -> Iterator[Sequence[ComponentFence]]:
         size = _ARRAY_CHUNK if self._postgres else _CHUNK
         for start in range(0, len(fences), size):
             yield fences[start : start + size]
 
-    def _ids(self, column: Any, ids: list[str]) -> ColumnElement[bool]:
-        if self._postgres:
-            return column == any_(literal(ids, postgresql.ARRAY(Text)))  # type: ignore[no-any-return]
-        return column.in_(ids)  # type: ignore[no-any-return]
-
     def _in_components(self, table: Any, fences: Sequence[ComponentFence]) -> ColumnElement[bool]:
         """Rows of ``sessions`` (or an alias) that belong to one of these components."""
         roots = sorted({fence.root_session_id for fence in fences})
         generations = [fence.generation for fence in fences]
         return and_(
-            self._ids(table.c.root_session_id, roots),
-            self._ids(table.c.deletion_generation, generations),
+            self._among(table.c.root_session_id, roots),
+            self._among(table.c.deletion_generation, generations),
         )
 
     def _fenced(self, fences: Sequence[ComponentFence]) -> ColumnElement[bool]:
@@ -294,7 +281,7 @@ class PurgeRepository:
                 select(_sessions.c.session_id)
                 .where(
                     _sessions.c.workspace_id == workspace_id,
-                    self._ids(_sessions.c.session_id, roots[start : start + _ARRAY_CHUNK]),
+                    self._among(_sessions.c.session_id, roots[start : start + _ARRAY_CHUNK]),
                 )
                 .order_by(_sessions.c.session_id)
                 .with_for_update()
@@ -317,7 +304,7 @@ class PurgeRepository:
             )
             .where(
                 _member.c.workspace_id == workspace_id,
-                self._ids(_member.c.session_id, sorted(set(session_ids))),
+                self._among(_member.c.session_id, sorted(set(session_ids))),
                 _parent.c.deleted_at_unix_ms.is_not(None),
             )
         )

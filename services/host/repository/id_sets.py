@@ -1,0 +1,35 @@
+"""Statements over sets of ids, shaped for each backend (shared by the deletion repositories).
+
+On Postgres a set of ids travels as one ``text[]`` parameter (``column = ANY(:ids)``): one
+statement text whatever the set's size, so psycopg's prepared statements keep a plan that
+probes the index per id. A list of separate parameters made the prepared *generic* plan compare
+every candidate row with every list element (the purge benchmark once spent most of its Postgres
+time there). SQLite keeps ``IN`` lists of a bounded size.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import ColumnElement, Text, any_, literal
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.ext.asyncio import AsyncSession
+
+__all__ = ["IdSetStatements"]
+
+
+class IdSetStatements:
+    """Base of repositories whose statements name sets of ids."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._db = session
+
+    @property
+    def _postgres(self) -> bool:
+        return self._db.get_bind().dialect.name == "postgresql"
+
+    def _among(self, column: Any, ids: list[str]) -> ColumnElement[bool]:
+        """``column IN ids``: one ``text[]`` parameter on Postgres, an ``IN`` list on SQLite."""
+        if self._postgres:
+            return column == any_(literal(ids, postgresql.ARRAY(Text)))  # type: ignore[no-any-return]
+        return column.in_(ids)  # type: ignore[no-any-return]
