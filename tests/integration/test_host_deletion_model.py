@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -119,7 +120,8 @@ def _machine(url: str) -> type[RuleBasedStateMachine]:
             self.engine = create_sync_engine_for(url)
             self.model = Model()
             self.names = (f"s{i}" for i in itertools.count())
-            self.workspace = f"ws-{id(self)}"
+            # A fresh workspace per example: id(self) can repeat once an old machine is freed.
+            self.workspace = f"ws-{uuid.uuid4().hex[:12]}"
 
         def tick(self) -> int:
             """The fake clock; remembers the value the last command saw."""
