@@ -6,7 +6,7 @@ Every test runs on SQLite and Postgres (HOST-DEL-1..11, HOST-CLEAN-1, HOST-PROJ-
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -18,7 +18,6 @@ from domainerrors import Aborted
 from services.host import deletion, purge, restore
 from services.host.context import HostContext
 from store.database import Database
-from store.engine import create_sync_engine_for
 from store.legacy_tombstones import mark_legacy_tombstones
 from store.models import Interaction, Message, Session, Turn
 from tests.support.host_sessions import WS1, HostClient, error_of
@@ -38,10 +37,9 @@ SERVICE = auth_metadata("service")
 
 
 @pytest.fixture
-def engine(migrated_db_url: str) -> Iterator[Engine]:
-    created = create_sync_engine_for(migrated_db_url)
-    yield created
-    created.dispose()
+def engine(sync_engine: Engine) -> Engine:
+    """The test database's sync engine, under the short name these tests use."""
+    return sync_engine
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -23,7 +22,6 @@ import pytest
 from sqlalchemy import Engine, func, insert, select
 
 from agentactivity.host.v1 import host_pb2, host_pb2_grpc
-from store.engine import create_sync_engine_for
 from store.models import ResourceCleanupOutbox, Session
 from tests.support.servers import write_admin_token_file
 from tests.support.session_trees import add_messages
@@ -36,10 +34,9 @@ TOKEN = "crash-secret"
 
 
 @pytest.fixture
-def engine(migrated_db_url: str) -> Iterator[Engine]:
-    created = create_sync_engine_for(migrated_db_url)
-    yield created
-    created.dispose()
+def engine(sync_engine: Engine) -> Engine:
+    """The test database's sync engine, under the short name these tests use."""
+    return sync_engine
 
 
 def _start(tmp_path: Path, url: str) -> tuple[subprocess.Popen[bytes], str]:

@@ -20,7 +20,6 @@ from services.host.context import HostContext
 from services.host.deletion import Forest
 from services.host.repository.deletion_scope import DeletionScope, deletion_runner
 from store.database import Database
-from store.engine import create_sync_engine_for
 from store.legacy_tombstones import mark_legacy_tombstones
 from store.models import Message, Session
 from tests.support.session_trees import (
@@ -69,10 +68,9 @@ class Purger:
 
 
 @pytest.fixture
-def engine(migrated_db_url: str) -> Iterator[Engine]:
-    created = create_sync_engine_for(migrated_db_url)
-    yield created
-    created.dispose()
+def engine(sync_engine: Engine) -> Engine:
+    """The test database's sync engine, under the short name these tests use."""
+    return sync_engine
 
 
 @pytest.fixture

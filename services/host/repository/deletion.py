@@ -144,10 +144,9 @@ class DeletionRepository(IdSetStatements):
     """Reads and writes what delete, restore, purge and the cleanup outbox touch."""
 
     def _batches(self, values: Sequence[str]) -> Iterator[list[str]]:
-        """``values`` in statement-sized batches (larger on Postgres: one array parameter)."""
-        size = _ARRAY_CHUNK if self._postgres else _CHUNK
-        for start in range(0, len(values), size):
-            yield list(values[start : start + size])
+        """``values`` in statement-sized id lists."""
+        for batch in self._batched(values, sqlite_size=_CHUNK, postgres_size=_ARRAY_CHUNK):
+            yield list(batch)
 
     # ------------------------------------------------------------------------ tree reads
 

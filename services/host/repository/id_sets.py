@@ -9,13 +9,16 @@ time there). SQLite keeps ``IN`` lists of a bounded size.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, Text, any_, literal
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncSession
 
 __all__ = ["IdSetStatements"]
+
+T = TypeVar("T")
 
 
 class IdSetStatements:
@@ -27,6 +30,14 @@ class IdSetStatements:
     @property
     def _postgres(self) -> bool:
         return self._db.get_bind().dialect.name == "postgresql"
+
+    def _batched(
+        self, values: Sequence[T], *, sqlite_size: int, postgres_size: int
+    ) -> Iterator[Sequence[T]]:
+        """``values`` in statement-sized slices (larger on Postgres: one array parameter)."""
+        size = postgres_size if self._postgres else sqlite_size
+        for start in range(0, len(values), size):
+            yield values[start : start + size]
 
     def _among(self, column: Any, ids: list[str]) -> ColumnElement[bool]:
         """``column IN ids``: one ``text[]`` parameter on Postgres, an ``IN`` list on SQLite."""

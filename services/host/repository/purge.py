@@ -93,9 +93,8 @@ class PurgeRepository(IdSetStatements):
     """Reads and removes whole tombstone components by generation."""
 
     def _chunks(self, fences: Sequence[ComponentFence]) -> Iterator[Sequence[ComponentFence]]:
-        size = _ARRAY_CHUNK if self._postgres else _CHUNK
-        for start in range(0, len(fences), size):
-            yield fences[start : start + size]
+        """Trees per statement; a tree never spans two (its members share its root)."""
+        return self._batched(fences, sqlite_size=_CHUNK, postgres_size=_ARRAY_CHUNK)
 
     def _in_components(self, table: Any, fences: Sequence[ComponentFence]) -> ColumnElement[bool]:
         """Rows of ``sessions`` (or an alias) that belong to one of these components."""
