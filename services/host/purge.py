@@ -192,12 +192,12 @@ async def scan_trees(
             by_workspace.setdefault(candidate.workspace_id, []).append(candidate)
         decided: dict[tuple[str, str], ScanItem] = {}
         for ws, group in by_workspace.items():
-            fences = [fence for fence in map(_fence_of, group) if fence is not None]
+            fenced = [(candidate, _fence_of(candidate)) for candidate in group]
+            fences = [fence for _, fence in fenced if fence is not None]
             shapes = await scope.purge.component_shapes(ws, fences) if fences else {}
             eligible: list[tuple[PurgeCandidate, ComponentFence]] = []
             rest: list[PurgeCandidate] = []
-            for candidate in group:
-                fence = _fence_of(candidate)
+            for candidate, fence in fenced:
                 if fence is not None and _is_whole_component(
                     candidate, shapes.get(fence.generation)
                 ):
