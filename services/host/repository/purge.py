@@ -333,13 +333,16 @@ class PurgeRepository(IdSetStatements):
         removed: list[tuple[str, str]] = []
         for chunk in self._chunks(fences):
             where = and_(_sessions.c.workspace_id == workspace_id, self._fenced(chunk))
-            columns = (
-                literal(workspace_id, Text),
-                _sessions.c.session_id,
-                literal(now, BigInteger),
-                literal(reason, Text),
-            )
             outbox_columns = ["workspace_id", "session_id", "purged_at_unix_ms", "reason"]
+
+            def outbox_rows(session_id: Any) -> Any:
+                return select(
+                    literal(workspace_id, Text),
+                    session_id,
+                    literal(now, BigInteger),
+                    literal(reason, Text),
+                )
+
             if self._postgres:
                 # One statement: the DELETE's RETURNING feeds the outbox INSERT.
                 doomed = (
@@ -350,15 +353,7 @@ class PurgeRepository(IdSetStatements):
                 )
                 written = (
                     postgresql.insert(_outbox)
-                    .from_select(
-                        outbox_columns,
-                        select(
-                            literal(workspace_id, Text),
-                            doomed.c.session_id,
-                            literal(now, BigInteger),
-                            literal(reason, Text),
-                        ),
-                    )
+                    .from_select(outbox_columns, outbox_rows(doomed.c.session_id))
                     .on_conflict_do_nothing()
                     .cte("written")
                 )
@@ -372,7 +367,7 @@ class PurgeRepository(IdSetStatements):
                 # The SELECT has a WHERE clause, which SQLite needs to parse ON CONFLICT here.
                 await self._db.execute(
                     sqlite.insert(_outbox)
-                    .from_select(outbox_columns, select(*columns).where(where))
+                    .from_select(outbox_columns, outbox_rows(_sessions.c.session_id).where(where))
                     .on_conflict_do_nothing()
                 )
                 rows = await self._db.execute(
