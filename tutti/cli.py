@@ -16,6 +16,7 @@ from tutti.local_auth import ensure_local_credentials
 from tutti.reference_commands import refdata_app, reference_app
 from tutti.session_commands import ensure_local_workspace, session_app
 from tutti.suite import COMPANIONS, SUITE, Suite, child_environment
+from tutti.suite_record import remove_suite_record, write_suite_record
 
 app = typer.Typer(no_args_is_help=True, help="Operate the Agent Activity Services suite.")
 app.add_typer(reference_app, name="reference")
@@ -116,6 +117,7 @@ def up(
     try:
         typer.echo("starting services ...")
         addresses = suite.start()
+        write_suite_record(directory, addresses, log=typer.echo)  # how the CLI finds this suite
         typer.echo(
             "suite ready. Token for the CLI and grpcurl: "
             f"{credentials.tokens_file.parent / 'cli-token'}\n"
@@ -133,6 +135,7 @@ def up(
     except KeyboardInterrupt:
         typer.echo("stopping ...")
     finally:
+        remove_suite_record()  # only if it names this suite (tutti/suite_record.py)
         worst = suite.stop()
     typer.echo("stopped")
     raise typer.Exit(code or worst)

@@ -9,6 +9,10 @@ from the CLI's authenticated context:
   ``<data dir>/auth/workspace``; with none of them the command fails (a token may span
   several workspaces, so the CLI never guesses one).
 
+The data directory and the addresses are those of the running ``tutti up`` (its record,
+:mod:`tutti.suite_record`) unless ``TUTTI_DATA_DIR`` names another one or ``TUTTI_*_ADDRESS``
+/ ``--address`` says otherwise; with no suite running they are the settings' defaults.
+
 Failures print one line to stderr (``error: NOT_FOUND (APP_NOT_FOUND): ...``) and exit 1
 (2 for bad usage).
 """
@@ -31,8 +35,9 @@ from agentactivity.appcenter.v1 import appcenter_pb2, appcenter_pb2_grpc
 from agentactivity.issuemanager.v1 import issuemanager_pb2, issuemanager_pb2_grpc
 from agentactivity.refresolve.v1 import refresolve_pb2, refresolve_pb2_grpc
 from grpcserver.settings import DEFAULT_PORTS, ServerSettings
+from tutti.suite_record import find_running_suite
 
-__all__ = ["CliSettings", "refdata_app", "reference_app"]
+__all__ = ["CliSettings", "cli_settings", "refdata_app", "reference_app"]
 
 reference_app = typer.Typer(no_args_is_help=True, help="Resolve workspace references.")
 refdata_app = typer.Typer(no_args_is_help=True, help="Load reference data (apps, topics).")
@@ -56,6 +61,33 @@ class CliSettings(ServerSettings):
     """Workspace the CLI acts in (``TUTTI_WORKSPACE``); default ``<data dir>/auth/workspace``."""
 
 
+_RECORDED_ADDRESSES = ("host", "refresolve", "appcenter", "issuemanager")
+"""Servers whose ``<name>_address`` setting the running suite's record may supply."""
+
+
+def cli_settings() -> CliSettings:
+    """The CLI's settings, pointed at the running ``tutti up`` where nothing says otherwise.
+
+    With no ``TUTTI_DATA_DIR``, or one naming the recorded suite's data directory, the data
+    directory and every address not set explicitly (``TUTTI_HOST_ADDRESS`` ...) come from
+    the record of the running suite (:mod:`tutti.suite_record`). An explicit setting always
+    wins, and so does a ``--address`` option (applied by each command).
+    """
+    settings = CliSettings()
+    record = find_running_suite()
+    if record is None:
+        return settings
+    explicit = settings.model_fields_set
+    if "data_dir" in explicit and settings.data_dir.resolve() != record.data_dir.resolve():
+        return settings  # another data directory: the record describes another suite
+    update: dict[str, object] = {"data_dir": record.data_dir}
+    for name in _RECORDED_ADDRESSES:
+        field = f"{name}_address"
+        if field not in explicit and name in record.addresses:
+            update[field] = record.addresses[name]
+    return settings.model_copy(update=update)
+
+
 def _fail(message: str, code: int = 1) -> NoReturn:
     typer.echo(f"error: {' '.join(message.split())}", err=True)
     raise typer.Exit(code)
@@ -70,7 +102,11 @@ def _token(settings: CliSettings, option: str | None) -> str:
     try:
         return path.read_text(encoding="utf-8").strip()
     except OSError:
-        _fail(f"no CLI token: pass --token, set TUTTI_CLI_TOKEN or run `tutti up` ({path})", 2)
+        _fail(
+            f"no CLI token at {path}: pass --token, set TUTTI_CLI_TOKEN, set TUTTI_DATA_DIR "
+            "to the suite's data directory, or start the suite with `tutti up`",
+            2,
+        )
 
 
 def _workspace(settings: CliSettings, option: str | None) -> str:
@@ -145,7 +181,7 @@ def reference_list(
     """Resolve one reference handle into its current files (REF-CLI-1)."""
     if source not in _SOURCES:
         _fail(f"--source must be app or task, got {source!r}", 2)
-    settings = CliSettings()
+    settings = cli_settings()
     request = refresolve_pb2.ListReferencesRequest(
         workspace_id=_workspace(settings, workspace),
         source=_SOURCES[source],
@@ -202,7 +238,7 @@ def refdata_load(
     ``TopicTree`` objects) in proto3 JSON, optionally under ``workspaces: [{workspaceId,
     apps, topics}]``. Each named app or topic is replaced whole; loading twice is a no-op.
     """
-    settings = CliSettings()
+    settings = cli_settings()
     try:
         text = file.read_text(encoding="utf-8")
         document = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)

@@ -8,7 +8,8 @@ Against ``tutti up`` (which serves the built-in demo agent, target ``demo``)::
 
 Token and workspace discovery are those of ``tutti reference`` (``--token`` /
 ``TUTTI_CLI_TOKEN`` / ``<data dir>/auth/cli-token``; ``--workspace`` / ``TUTTI_WORKSPACE`` /
-``<data dir>/auth/workspace``, which ``tutti up`` seeds with :data:`LOCAL_WORKSPACE`). The
+``<data dir>/auth/workspace``, which ``tutti up`` seeds with :data:`LOCAL_WORKSPACE`), and
+so is finding the running suite's data directory and Host address (:func:`cli_settings`). The
 last created Session is remembered in ``<data dir>/run/cli-session`` so ``send`` and ``answer``
 need no ``--session``. ``--follow`` opens ``WatchActivity`` before sending, so no part of the
 reply can be missed.
@@ -39,6 +40,7 @@ from tutti.reference_commands import (
     _fail,
     _token,
     _workspace,
+    cli_settings,
 )
 
 __all__ = ["LOCAL_WORKSPACE", "ensure_local_workspace", "session_app"]
@@ -101,7 +103,7 @@ def session_create(
     timeout: TimeoutOption = 30.0,
 ) -> None:
     """Create a Session with an agent target and remember it for `send` and `answer`."""
-    settings = CliSettings()
+    settings = cli_settings()
     host = _Host(settings, token, address)
     request = host_pb2.CreateSessionRequest(
         workspace_id=_workspace(settings, workspace),
@@ -208,7 +210,7 @@ def session_send(
     ] = 600.0,
 ) -> None:
     """Send input as a new Turn; with --follow, watch it until it settles."""
-    settings = CliSettings()
+    settings = cli_settings()
     host = _Host(settings, token, address)
     workspace_id = _workspace(settings, workspace)
     session_id = _session(settings, session)
@@ -268,7 +270,7 @@ def session_answer(
     timeout: TimeoutOption = 30.0,
 ) -> None:
     """Answer a pending Interaction (default: the Session's oldest pending one)."""
-    settings = CliSettings()
+    settings = cli_settings()
     host = _Host(settings, token, address)
     workspace_id = _workspace(settings, workspace)
     session_id = _session(settings, session)
