@@ -43,7 +43,13 @@ from tutti.reference_commands import (
     cli_settings,
 )
 
-__all__ = ["LOCAL_WORKSPACE", "ensure_local_workspace", "session_app"]
+__all__ = [
+    "LOCAL_WORKSPACE",
+    "TOOL_CALL_PREVIEW_CHARS",
+    "clip",
+    "ensure_local_workspace",
+    "session_app",
+]
 
 session_app = typer.Typer(no_args_is_help=True, help="Create agent Sessions and talk to them.")
 
@@ -151,6 +157,22 @@ class _Follower:
         self._call.cancel()
 
 
+TOOL_CALL_PREVIEW_CHARS = 200
+"""How many characters of a tool call's payload ``--follow`` prints."""
+
+
+def clip(text: str, limit: int = TOOL_CALL_PREVIEW_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was cut.
+
+    What is cut is counted in UTF-8 bytes (what the payload weighs on the wire), e.g.
+    ``{"toolName":"Task", … (1234 more bytes)``.
+    """
+    if len(text) <= limit:
+        return text
+    rest = len(text[limit:].encode("utf-8"))
+    return f"{text[:limit]} … ({rest} more bytes)"
+
+
 def _print_event(event: activity_pb2.ActivityEvent, session_id: str, turn_id: str) -> bool:
     """Print one event of the followed Turn; return True once the Turn settled."""
     kind = event.WhichOneof("event")
@@ -186,7 +208,7 @@ def _print_event(event: activity_pb2.ActivityEvent, session_id: str, turn_id: st
     elif kind == "message_update" and event.message_update.session_id == session_id:
         for message in event.message_update.messages:
             if message.turn_id == turn_id and message.kind == canonical_pb2.MESSAGE_KIND_TOOL_CALL:
-                typer.echo(f"\n[tool call] {message.payload_json[:200]}")
+                typer.echo(f"\n[tool call] {clip(message.payload_json)}")
     elif kind == "turn_update":
         turn = event.turn_update.turn
         if turn.session_id == session_id and turn.turn_id == turn_id:
