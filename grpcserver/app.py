@@ -4,8 +4,9 @@ A service describes itself with a :class:`ServiceDefinition`; :func:`start_serve
 builds a ``grpc.aio`` server with the interceptor, health and reflection, binds the
 port, runs the service's start hooks and only then reports SERVING. :func:`serve`
 adds signal handling: on SIGTERM or SIGINT health turns NOT_SERVING, new RPCs are
-refused, in-flight RPCs get ``grace_period_seconds`` to finish, stop hooks run, and
-the process exits 0.
+refused, the service's drain hooks end its long-lived streams (they answer ``UNAVAILABLE``
+``DRAINING`` so clients resume elsewhere), in-flight RPCs get the rest of
+``grace_period_seconds`` to finish, stop hooks run, and the process exits 0.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ class ServiceDefinition:
         register: Adds the servicers to the server.
         on_start: Run after the port is bound and before SERVING (open the store,
             start background workers). A failure aborts the start.
+        on_drain: Run once new RPCs are refused, before the grace period is waited
+            out: end long-lived streams (watches, links) so they do not hold the drain
+            for the whole grace. In-flight unary RPCs are left to finish.
         on_stop: Run after the server stopped (close pools, flush).
     """
 
@@ -53,6 +57,7 @@ class ServiceDefinition:
     service_names: Sequence[str]
     register: Callable[[grpc.aio.Server], None]
     on_start: list[Hook] = field(default_factory=list)
+    on_drain: list[Hook] = field(default_factory=list)
     on_stop: list[Hook] = field(default_factory=list)
 
 
@@ -61,6 +66,7 @@ def definition_for(
     servicers: Sequence[tuple[Any, Callable[[Any, grpc.aio.Server], None], object]],
     *,
     on_start: Sequence[Hook] = (),
+    on_drain: Sequence[Hook] = (),
     on_stop: Sequence[Hook] = (),
 ) -> ServiceDefinition:
     """Build a definition from ``(service descriptor, add_*_to_server, servicer)`` triples."""
@@ -74,6 +80,7 @@ def definition_for(
         service_names=[descriptor.full_name for descriptor, _, _ in servicers],
         register=register,
         on_start=list(on_start),
+        on_drain=list(on_drain),
         on_stop=list(on_stop),
     )
 
@@ -95,8 +102,9 @@ class RunningServer:
         """Drain within ``grace`` seconds (default: the configured grace period).
 
         Health turns NOT_SERVING at once; the server keeps answering for the drain
-        delay so load balancers notice, then refuses new RPCs and gives in-flight
-        ones the rest of the grace period before cancelling them.
+        delay so load balancers notice, then refuses new RPCs, runs the drain hooks
+        (long-lived streams end with ``UNAVAILABLE`` ``DRAINING``) and gives in-flight
+        RPCs the rest of the grace period before cancelling them.
         """
         if self._stopped:
             return
@@ -106,7 +114,15 @@ class RunningServer:
         delay = min(self.drain_delay_seconds, budget / 2) if grace is None else 0.0
         if delay > 0:
             await asyncio.sleep(delay)
-        await self.server.stop(max(0.0, budget - delay))
+        # Refuse new RPCs first, so a stream ended by a drain hook cannot reconnect here.
+        stopping = asyncio.ensure_future(self.server.stop(max(0.0, budget - delay)))
+        await asyncio.sleep(0)
+        for hook in self.definition.on_drain:
+            try:
+                await hook()
+            except Exception:
+                log.exception("drain hook failed")
+        await stopping
         for hook in reversed(self.definition.on_stop):
             try:
                 await hook()

@@ -4,6 +4,10 @@ Each service runs as its own ``tutti serve <name>`` child process (as it would i
 own pod). The supervisor prepares the data directory (local credentials, SQLite
 schema), starts the children, waits until every one reports SERVING through
 ``grpc.health.v1``, prints the endpoints, and on Ctrl-C or SIGTERM drains them all.
+
+The supervisor owns its children (OPS-3): they run in its process group, each one arms a
+parent-death signal (``tutti.supervision``) so none outlives it even after ``kill -9``, and a
+stop gives them a bounded grace (default 10 s) before killing what is left.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from grpc_health.v1 import health_pb2
 
 from grpcserver.probes import check_health
 from grpcserver.settings import DEFAULT_PORTS
+from tutti.supervision import SUPERVISOR_PID_ENV, StopSignals
 
 SUITE = ("host", "refresolve", "livestream", "maintenance", "appcenter", "issuemanager")
 """Every server ``tutti up`` starts, in start order."""
@@ -30,6 +35,12 @@ COMPANIONS = ("demoruntime",)
 """Local-only processes ``tutti up`` starts after the suite, on a free port (health only):
 the demo runtime connects to Host and registers the demo agent target (ARCH-3). They are
 not deployable services (no manifest, no contract of their own)."""
+
+
+DEFAULT_GRACE_SECONDS = 10.0
+"""How long a stop waits for the children to drain before killing them."""
+
+_POLL_SECONDS = 0.05
 
 
 @dataclass
@@ -42,23 +53,43 @@ class Child:
     port: int = 0
 
 
-def _wait_for_port(child: Child, deadline: float) -> int:
+@dataclass(frozen=True)
+class StopReport:
+    """How a stop went: exit codes and who had to be killed."""
+
+    exit_codes: dict[str, int]
+    killed: tuple[str, ...]
+
+    @property
+    def clean(self) -> bool:
+        """Every child drained and exited 0 within the grace."""
+        return not self.killed and all(code == 0 for code in self.exit_codes.values())
+
+
+def _wait_for_port(child: Child, deadline: float, signals: StopSignals) -> int:
     while time.monotonic() < deadline:
+        signals.check()
         if child.process.poll() is not None:
             raise RuntimeError(f"{child.name} exited with code {child.process.returncode}")
         if child.port_file.exists():
             text = child.port_file.read_text().strip()
             if text:
                 return int(text)
-        time.sleep(0.05)
+        time.sleep(_POLL_SECONDS)
     raise TimeoutError(f"{child.name} did not bind a port in time")
 
 
-def wait_serving(address: str, *, timeout: float) -> None:
-    """Block until ``address`` answers health SERVING, or raise ``TimeoutError``."""
+def wait_serving(address: str, *, timeout: float, signals: StopSignals | None = None) -> None:
+    """Block until ``address`` answers health SERVING, or raise ``TimeoutError``.
+
+    Raises:
+        StopRequested: a stop signal arrived meanwhile.
+    """
     deadline = time.monotonic() + timeout
     with grpc.insecure_channel(address) as channel:
         while time.monotonic() < deadline:
+            if signals is not None:
+                signals.check()
             try:
                 if check_health(channel, timeout=1) == health_pb2.HealthCheckResponse.SERVING:
                     return
@@ -69,7 +100,16 @@ def wait_serving(address: str, *, timeout: float) -> None:
 
 
 class Suite:
-    """Starts and stops the six service processes."""
+    """Starts and stops the service processes.
+
+    Args:
+        data_dir: the suite's data directory (``run/`` in it holds port and pid files).
+        base_port: port of host; the others follow. 0 picks free ports.
+        env: the environment of every child (see :func:`child_environment`).
+        log: where progress lines go.
+        signals: the supervisor's installed stop signals; a stop cuts a start short.
+        grace_period_seconds: how long :meth:`stop` waits before killing children.
+    """
 
     def __init__(
         self,
@@ -78,12 +118,14 @@ class Suite:
         base_port: int,
         env: dict[str, str],
         log: Callable[[str], None],
-        grace_period_seconds: float,
+        signals: StopSignals,
+        grace_period_seconds: float = DEFAULT_GRACE_SECONDS,
     ) -> None:
         self.data_dir = data_dir
         self.base_port = base_port
         self.env = env
         self.log = log
+        self.signals = signals
         self.grace = grace_period_seconds
         self.children: list[Child] = []
 
@@ -92,8 +134,29 @@ class Suite:
             return 0
         return self.base_port + (DEFAULT_PORTS[name] - DEFAULT_PORTS["host"])
 
+    def _child_env(self, name: str, addresses: dict[str, str]) -> dict[str, str]:
+        env = dict(self.env)
+        env.update(
+            TUTTI_LISTEN_ADDRESS=addresses[name],
+            TUTTI_HOST_ADDRESS=addresses["host"],
+            TUTTI_APPCENTER_ADDRESS=addresses["appcenter"],
+            TUTTI_ISSUEMANAGER_ADDRESS=addresses["issuemanager"],
+            # A child drains inside the supervisor's grace, and nothing routes to a local
+            # suite, so it need not keep answering before refusing new calls.
+            TUTTI_GRACE_PERIOD_SECONDS=f"{max(0.5, self.grace - 2.0):g}",
+            TUTTI_DRAIN_DELAY_SECONDS="0",
+            **{SUPERVISOR_PID_ENV: str(os.getpid())},
+        )
+        return env
+
     def start(self, *, timeout: float = 60.0) -> dict[str, str]:
-        """Start every service and return ``{name: address}`` once all are SERVING."""
+        """Start every service and return ``{name: address}`` once all are SERVING.
+
+        Raises:
+            StopRequested: a stop signal arrived during the start.
+            RuntimeError: a child exited during the start.
+            TimeoutError: a child did not bind or report SERVING in time.
+        """
         run_dir = self.data_dir / "run"
         run_dir.mkdir(parents=True, exist_ok=True)
         addresses = {name: f"127.0.0.1:{self._port_for(name)}" for name in SUITE}
@@ -102,52 +165,68 @@ class Suite:
         # Backends first, so callers find them; each child learns the others' ports. Host
         # reports its port only once SERVING, so the companions find it ready.
         for name in (*SUITE, *COMPANIONS):
+            self.signals.check()
             port_file = run_dir / f"{name}.port"
             port_file.unlink(missing_ok=True)
-            env = dict(self.env)
-            env.update(
-                TUTTI_LISTEN_ADDRESS=addresses[name],
-                TUTTI_HOST_ADDRESS=addresses["host"],
-                TUTTI_APPCENTER_ADDRESS=addresses["appcenter"],
-                TUTTI_ISSUEMANAGER_ADDRESS=addresses["issuemanager"],
-            )
+            # Started from the main thread, which lives as long as the supervisor: the
+            # children's parent-death signal is tied to the thread that forked them.
             process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
                 [sys.executable, "-m", "tutti", "serve", name, "--port-file", str(port_file)],
-                env=env,
+                env=self._child_env(name, addresses),
+                stdin=subprocess.DEVNULL,
             )
             child = Child(name=name, process=process, port_file=port_file)
             self.children.append(child)
-            child.port = _wait_for_port(child, deadline)
+            (run_dir / f"{name}.pid").write_text(f"{process.pid}\n")
+            child.port = _wait_for_port(child, deadline, self.signals)
             addresses[name] = f"127.0.0.1:{child.port}"
         for name, address in addresses.items():
-            wait_serving(address, timeout=max(0.1, deadline - time.monotonic()))
+            wait_serving(
+                address, timeout=max(0.1, deadline - time.monotonic()), signals=self.signals
+            )
             self.log(f"  {name:<13} {address}  SERVING")
         return addresses
 
-    def stop(self) -> int:
-        """SIGTERM every child, wait for the drain, and return the worst exit code."""
-        for child in self.children:
+    def stop(self) -> StopReport:
+        """SIGTERM every child, wait up to the grace, kill what is left, reap all.
+
+        A second stop signal during the wait kills at once.
+        """
+        children, self.children = self.children, []
+        for child in children:
             if child.process.poll() is None:
                 child.process.send_signal(signal.SIGTERM)
-        worst = 0
-        deadline = time.monotonic() + self.grace + 5
-        for child in self.children:
-            try:
-                code = child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
+        deadline = time.monotonic() + self.grace
+        while (
+            any(child.process.poll() is None for child in children)
+            and time.monotonic() < deadline
+            and not self.signals.forced.is_set()
+        ):
+            time.sleep(_POLL_SECONDS)
+        killed = []
+        for child in children:
+            if child.process.poll() is None:
                 child.process.kill()
-                code = child.process.wait()
-            worst = max(worst, abs(code))
-        self.children.clear()
-        return worst
+                killed.append(child.name)
+        codes = {}
+        for child in children:
+            # SIGKILL cannot be refused; the bound only guards against a wedged kernel.
+            try:
+                codes[child.name] = child.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                codes[child.name] = -signal.SIGKILL
+        if killed:
+            reason = "at once" if self.signals.forced.is_set() else f"after {self.grace:g} s"
+            self.log(f"killed {', '.join(killed)} {reason}")
+        return StopReport(exit_codes=codes, killed=tuple(killed))
 
     def wait(self) -> str | None:
-        """Block until a child exits; return its name (None if none was running)."""
-        while self.children:
+        """Block until a child exits (its name) or a stop is requested (None)."""
+        while self.children and not self.signals.requested.is_set():
             for child in self.children:
                 if child.process.poll() is not None:
                     return child.name
-            time.sleep(0.2)
+            self.signals.requested.wait(0.2)
         return None
 
 

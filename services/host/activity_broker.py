@@ -84,6 +84,10 @@ class SubscriberOverflow(Exception):
     """The subscriber's buffer filled up: it consumed too slowly."""
 
 
+class SubscriptionEnded(Exception):
+    """The broker ended every subscription: the process is draining."""
+
+
 class Subscription:
     """One subscriber's bounded FIFO of live items for one workspace."""
 
@@ -97,6 +101,7 @@ class Subscription:
         self._waiter: asyncio.Future[bool] | None = None
         self.overflowed = False
         self.closed = False
+        self.ended = False
 
     def push(self, item: LiveItem) -> None:
         """Buffer an item (called by the broker); overflow marks the subscription failed."""
@@ -116,15 +121,25 @@ class Subscription:
 
         Raises:
             SubscriberOverflow: the buffer overflowed.
+            SubscriptionEnded: the broker ended the subscription (drain).
         """
         while not self._items:
             if self.overflowed:
                 raise SubscriberOverflow(self.workspace_id)
+            if self.ended:
+                raise SubscriptionEnded(self.workspace_id)
             if not await self._wait(idle_seconds):
                 return None
         if self.overflowed:
             raise SubscriberOverflow(self.workspace_id)
         return self._items.popleft()
+
+    def end(self) -> None:
+        """Wake the waiter; ``next`` raises ``SubscriptionEnded`` once the buffer is empty."""
+        self.ended = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(True)
 
     async def _wait(self, idle_seconds: float | None) -> bool:
         """Wait for a push; False after ``idle_seconds`` without one."""
@@ -162,12 +177,26 @@ class ActivityBroker:
     def __init__(self) -> None:
         self._subscribers: dict[str, set[Subscription]] = {}
         self._observers: list[Callable[[CommittedBatch], None]] = []
+        self._ended = False
 
     def subscribe(self, workspace_id: str, *, max_items: int) -> Subscription:
-        """Register a subscriber; it receives every item published after this call."""
+        """Register a subscriber; it receives every item published after this call.
+
+        After :meth:`end_all` the subscription is born ended.
+        """
         subscription = Subscription(self, workspace_id, max_items)
         self._subscribers.setdefault(workspace_id, set()).add(subscription)
+        if self._ended:
+            subscription.end()
         return subscription
+
+    def end_all(self) -> int:
+        """End every subscription, now and later (the process drains); returns how many."""
+        self._ended = True
+        current = [sub for subs in self._subscribers.values() for sub in subs]
+        for subscription in current:
+            subscription.end()
+        return len(current)
 
     def _remove(self, subscription: Subscription) -> None:
         subscribers = self._subscribers.get(subscription.workspace_id)

@@ -25,6 +25,9 @@ cursor. The log keeps events at least ``retention_seconds`` unless it holds more
 ``max_rows`` (the newest ``max_rows`` stay; the newest row always stays); the pruner runs every
 ``prune_interval_seconds``. A cursor older than the oldest retained id minus one, or ahead of
 the log head, fails ``OUT_OF_RANGE`` (``EVENT_CURSOR_EXPIRED``).
+
+Drain: when the process stops, every stream ends with ``UNAVAILABLE`` (``DRAINING``, the last
+emitted id in ``after_event_id``) so its consumer resumes on another replica at once (OPS-3).
 """
 
 from __future__ import annotations
@@ -38,12 +41,13 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from domainerrors import OutOfRange, ResourceExhausted
+from domainerrors import OutOfRange, ResourceExhausted, Unavailable
 from services.host.activity_broker import (
     ActivityBroker,
     CommittedBatch,
     LiveDelta,
     SubscriberOverflow,
+    SubscriptionEnded,
 )
 from services.host.activity_events import EventCodec, MessageDelta
 from services.host.activity_log import ActivityLog
@@ -107,6 +111,12 @@ class ActivityFeed:
             return
         self.log.attach(database.engine)
         self._pruner = asyncio.create_task(self._prune_forever(database))
+
+    async def end_watches(self) -> None:
+        """End every ``WatchActivity`` stream, now and later (a server drain hook)."""
+        ended = self.broker.end_all()
+        if ended:
+            _log.info("ended %d activity watches for the drain", ended)
 
     async def stop(self, database: Database) -> None:
         """Stop the pruner and detach (a server stop hook)."""
@@ -247,6 +257,13 @@ async def watch_activity(
                     "the activity consumer fell too far behind; resume from its cursor",
                     reason="WATCH_CONSUMER_TOO_SLOW",
                     metadata={"after_event_id": str(last)},
+                ) from None
+            except SubscriptionEnded:
+                raise Unavailable(
+                    "Host is shutting down; resume from your cursor on another replica",
+                    reason="DRAINING",
+                    metadata={"after_event_id": str(last)},
+                    retry_after_seconds=1.0,
                 ) from None
             if item is None:
                 # Idle: nothing is buffered, so reading the log cannot overtake a delta.

@@ -58,5 +58,7 @@ def build(settings: Settings) -> ServiceDefinition:
             ),
         ],
         on_start=[database.start, start_activity],
-        on_stop=[ctx.runtimes.shutdown, database.stop, stop_activity],  # run in reverse
+        # Runtime links and watches end as soon as new RPCs are refused (OPS-3).
+        on_drain=[ctx.runtimes.shutdown, ctx.activity.end_watches],
+        on_stop=[database.stop, stop_activity],  # run in reverse
     )

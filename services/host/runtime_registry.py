@@ -135,6 +135,7 @@ class RuntimeRegistry:
         self._links: dict[str, RuntimeLinkHandle] = {}
         self._instances: dict[str, str] = {}
         self._loss_timers: dict[str, asyncio.Task[None]] = {}
+        self._draining = False
 
     def attach(self, handle: RuntimeLinkHandle) -> tuple[RuntimeLinkHandle | None, str | None]:
         """Make ``handle`` the link of its runtime.
@@ -168,7 +169,14 @@ class RuntimeRegistry:
         return False
 
     def schedule_loss(self, runtime_id: str, timer: asyncio.Task[None]) -> None:
-        """Remember the grace timer of a disconnected runtime (cancelled on reconnect)."""
+        """Remember the grace timer of a disconnected runtime (cancelled on reconnect).
+
+        A draining process starts none: its links end because it stops, not because the
+        runtime was lost, and the next Host process owns the grace.
+        """
+        if self._draining:
+            timer.cancel()
+            return
         old = self._loss_timers.pop(runtime_id, None)
         if old is not None:
             old.cancel()
@@ -197,7 +205,12 @@ class RuntimeRegistry:
         return list(self._links.values())
 
     async def shutdown(self) -> None:
-        """Cancel grace timers (process stop); links close with their streams."""
+        """Close every link and cancel grace timers (a drain hook; idempotent).
+
+        Each stream then ends with ``UNAVAILABLE`` ``DRAINING`` and its runtime reconnects
+        to another Host.
+        """
+        self._draining = True
         timers = list(self._loss_timers.values())
         self._loss_timers.clear()
         for timer in timers:

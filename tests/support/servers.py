@@ -53,6 +53,16 @@ def write_admin_token_file(path: Path, token: str) -> Path:
     return path
 
 
+def write_test_token_file(path: Path) -> Path:
+    """Write a token registry holding every test principal (for real server processes)."""
+    entries = [
+        {"subject": name, "sha256": token_digest(token_for(name)), **spec}
+        for name, spec in TEST_PRINCIPALS.items()
+    ]
+    path.write_text(yaml.safe_dump({"tokens": entries}))
+    return path
+
+
 def auth_metadata(principal: str) -> tuple[tuple[str, str], ...]:
     """Call metadata authenticating as ``principal``."""
     return (("authorization", f"Bearer {token_for(principal)}"),)
