@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.suite_process import running_suite
+
 pytestmark = pytest.mark.slow
 
 
@@ -49,18 +51,9 @@ def _pump(stream: object, into: list[str]) -> threading.Thread:
 def test_a_newcomer_watches_the_demo_agent_work_and_answers_its_question(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUTTI_")}
     env.update(TUTTI_DEMO_STEP_DELAY_SECONDS="0.01", TUTTI_LOG_FORMAT="text")
-    suite = subprocess.Popen(
-        [sys.executable, "-m", "tutti", "up", "--data-dir", str(tmp_path), "--base-port", "0"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    suite_output: list[str] = []
-    _pump(suite.stdout, suite_output)
-    try:
-        _wait_for(suite_output, "suite ready", 90)
-        host = f"127.0.0.1:{(tmp_path / 'run' / 'host.port').read_text().strip()}"
+    with running_suite(tmp_path, env={"TUTTI_DEMO_STEP_DELAY_SECONDS": "0.01"}) as suite:
+        suite.wait_ready()
+        host = f"127.0.0.1:{suite.port('host')}"
         cli_env = dict(env, TUTTI_DATA_DIR=str(tmp_path), TUTTI_HOST_ADDRESS=host)
 
         created = _tutti("session", "create", "--title", "demo", env=cli_env)
@@ -88,19 +81,27 @@ def test_a_newcomer_watches_the_demo_agent_work_and_answers_its_question(tmp_pat
                 "--follow",
             ],
             env=cli_env,
+            stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
         )
         follow_output: list[str] = []
         reader = _pump(follower.stdout, follow_output)
-        _wait_for(follow_output, "[interaction]", 30)
-        answered = _tutti("session", "answer", "allow", env=cli_env)
-        assert answered.returncode == 0, answered.stderr
-        assert follower.wait(timeout=60) == 0, "".join(follow_output)
-        reader.join(timeout=10)
-        assert follower.stdout is not None
-        follower.stdout.close()
+        try:
+            _wait_for(follow_output, "[interaction]", 30)
+            answered = _tutti("session", "answer", "allow", env=cli_env)
+            assert answered.returncode == 0, answered.stderr
+            assert follower.wait(timeout=60) == 0, "".join(follow_output)
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+                follower.wait(timeout=10)
+            # The pipe is closed only once its reader has seen EOF (bounded).
+            reader.join(timeout=10)
+            assert not reader.is_alive(), "the follower's output pipe stayed open"
+            assert follower.stdout is not None
+            follower.stdout.close()
         text = "".join(follow_output)
         assert "I ran a pretend tool" in text
         assert "TURN_OUTCOME_COMPLETED" in text
@@ -110,12 +111,6 @@ def test_a_newcomer_watches_the_demo_agent_work_and_answers_its_question(tmp_pat
         assert delegated.returncode == 0, delegated.stderr
         assert '"toolName":"Task"' in delegated.stdout.replace(" ", "")
         assert "explorer" in delegated.stdout
-    finally:
-        suite.send_signal(signal.SIGINT)
-        try:
-            suite.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            suite.kill()
-            suite.wait()
-        if suite.stdout is not None:
-            suite.stdout.close()
+
+        suite.signal(signal.SIGINT)
+        assert suite.wait_exit(timeout=30) == 0, suite.output
