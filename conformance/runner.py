@@ -61,6 +61,14 @@ def import_all_contracts() -> None:
                 importlib.import_module(module.name)
 
 
+class MissingTokenError(LookupError):
+    """Fixtures authenticate as principals no token was given for."""
+
+    def __init__(self, principals: Iterable[str]) -> None:
+        self.principals = sorted(set(principals))
+        super().__init__(f"no token for principal(s) {', '.join(self.principals)}")
+
+
 @dataclass(frozen=True)
 class Step:
     """One RPC of a case."""
@@ -97,6 +105,13 @@ class FixtureFile:
     def spec_ids(self) -> set[str]:
         """Every spec ID the file's cases name."""
         return {spec_id for case in self.cases for spec_id in case.spec}
+
+    @property
+    def principals(self) -> set[str]:
+        """Every principal the file's steps authenticate as (``none`` is no token)."""
+        return {
+            step.principal for case in self.cases for step in case.steps if step.principal != "none"
+        }
 
 
 @dataclass
@@ -214,6 +229,8 @@ def _invoke(
     )
     metadata = None
     if step.principal != "none":
+        if step.principal not in tokens:
+            raise MissingTokenError([step.principal])
         metadata = (("authorization", f"Bearer {tokens[step.principal]}"),)
     try:
         return call(request, metadata=metadata, timeout=timeout), None
@@ -255,9 +272,16 @@ def replay(
 ) -> Report:
     """Run every step of ``fixture`` over ``channel`` and collect mismatches.
 
-    ``backends`` maps the names in the fixture's ``backends`` to channels for the
-    steps that set ``server``.
+    ``tokens`` maps principal names to bearer tokens; ``backends`` maps the names in the
+    fixture's ``backends`` to channels for the steps that set ``server``.
+
+    Raises:
+        MissingTokenError: ``tokens`` lacks a principal the fixture uses (checked before
+            any step runs).
     """
+    missing = fixture.principals - set(tokens)
+    if missing:
+        raise MissingTokenError(missing)
     import_all_contracts()
     report = Report(path=fixture.path)
     for case in fixture.cases:

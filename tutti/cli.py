@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from grpcserver.settings import ServerSettings
+from tutti.conformance_commands import conformance_app
 from tutti.local_auth import ensure_local_credentials
 from tutti.reference_commands import refdata_app, reference_app
 from tutti.session_commands import ensure_local_workspace, session_app
@@ -141,57 +142,7 @@ def up(
     raise typer.Exit(code or worst)
 
 
-conformance_app = typer.Typer(no_args_is_help=True, help="Contract conformance fixtures (CON-3).")
 app.add_typer(conformance_app, name="conformance")
-
-
-def _pairs(values: list[str], option: str) -> dict[str, str]:
-    pairs = {}
-    for value in values:
-        key, sep, rest = value.partition("=")
-        if not sep or not key or not rest:
-            raise typer.BadParameter(f"{option} takes NAME=VALUE, got {value!r}")
-        pairs[key] = rest
-    return pairs
-
-
-@conformance_app.command("run")
-def conformance_run(
-    fixtures: Annotated[list[Path], typer.Argument(help="Fixture files or directories.")],
-    address: Annotated[
-        list[str], typer.Option(help="SERVER=HOST:PORT for each server the fixtures name.")
-    ],
-    token: Annotated[
-        list[str], typer.Option(help="PRINCIPAL=TOKEN for each principal in principals.yaml.")
-    ],
-) -> None:
-    """Replay fixtures against a running implementation; exit 1 on any mismatch."""
-    import grpc
-
-    from conformance.runner import load_fixtures, replay
-
-    addresses = _pairs(address, "--address")
-    tokens = _pairs(token, "--token")
-    failed = 0
-    for fixture in load_fixtures(fixtures):
-        if fixture.server not in addresses:
-            typer.echo(f"error: no --address for server {fixture.server!r}", err=True)
-            raise typer.Exit(2)
-        missing = [name for name in fixture.backends if name not in addresses]
-        if missing:
-            typer.echo(f"error: no --address for backend(s) {', '.join(missing)}", err=True)
-            raise typer.Exit(2)
-        backends = {name: grpc.insecure_channel(addresses[name]) for name in fixture.backends}
-        with grpc.insecure_channel(addresses[fixture.server]) as channel:
-            report = replay(fixture, channel, tokens, backends=backends)
-        for backend in backends.values():
-            backend.close()
-        verdict = "ok" if not report.failures else f"{len(report.failures)} FAILED"
-        typer.echo(f"{fixture.path}: {report.steps_run} steps, {verdict}")
-        for failure in report.failures:
-            typer.echo(f"  {failure}")
-        failed += len(report.failures)
-    raise typer.Exit(1 if failed else 0)
 
 
 admin_app = typer.Typer(no_args_is_help=True, help="Store administration and data migration.")

@@ -4,14 +4,20 @@ On first start a data directory gets a token registry holding only SHA-256 diges
 (``auth/tokens.yaml``) and two random tokens, each readable only by the user:
 ``auth/cli-token`` (role admin, every workspace, for the CLI and grpcurl) and
 ``auth/service-token`` (role service, for service-to-service calls).
+
+:func:`ensure_principal_tokens` adds one random token per named principal (the contract
+fixtures' ``principals.yaml``) to that registry, so ``tutti conformance run`` can replay
+the fixtures against a ``tutti up`` on the same data directory.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -66,3 +72,62 @@ def ensure_local_credentials(data_dir: Path) -> LocalCredentials:
         cli_token=cli_path.read_text(encoding="utf-8").strip(),
         service_token=service_path.read_text(encoding="utf-8").strip(),
     )
+
+
+PRINCIPAL_SUBJECT_PREFIX = "principal:"
+"""Registry subjects of the tokens :func:`ensure_principal_tokens` adds."""
+
+
+def ensure_principal_tokens(
+    data_dir: Path, principals: Mapping[str, Mapping[str, Any]]
+) -> dict[str, str]:
+    """Give each principal a token in the data directory's registry; return name -> token.
+
+    ``principals`` maps a name to its ``role`` and ``workspaces`` (the shape of the
+    fixtures' ``principals.yaml``). The local credentials are created first if missing
+    (so ``tutti up`` keeps the registry), a principal keeps its token across calls
+    (``auth/principal-tokens.yaml``, mode 0600), and the registry's principal entries are
+    replaced by exactly these. Servers read the registry when they start.
+
+    Raises:
+        ValueError: A principal has an unknown role or no list of workspaces.
+    """
+    entries = []
+    for name, spec in principals.items():
+        role, workspaces = spec.get("role"), spec.get("workspaces")
+        if role not in {member.value for member in Role}:
+            raise ValueError(f"principal {name!r}: unknown role {role!r}")
+        if not isinstance(workspaces, list) or not all(isinstance(w, str) for w in workspaces):
+            raise ValueError(f"principal {name!r}: workspaces must be a list of strings")
+        entries.append((name, role, workspaces))
+    credentials = ensure_local_credentials(data_dir)
+    tokens_path = credentials.tokens_file.parent / "principal-tokens.yaml"
+    try:
+        known = yaml.safe_load(tokens_path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        known = {}
+    tokens = {
+        name: str(known[name]) if isinstance(known, dict) and known.get(name) else None
+        for name, _, _ in entries
+    }
+    issued = {name: token or secrets.token_urlsafe(32) for name, token in tokens.items()}
+    registry = yaml.safe_load(credentials.tokens_file.read_text(encoding="utf-8")) or {}
+    kept = [
+        entry
+        for entry in registry.get("tokens") or []
+        if not str(entry.get("subject", "")).startswith(PRINCIPAL_SUBJECT_PREFIX)
+    ]
+    added = [
+        {
+            "subject": f"{PRINCIPAL_SUBJECT_PREFIX}{name}",
+            "role": role,
+            "workspaces": workspaces,
+            "sha256": token_digest(issued[name]),
+        }
+        for name, role, workspaces in entries
+    ]
+    _write_private(tokens_path, yaml.safe_dump(issued, sort_keys=False))
+    _write_private(
+        credentials.tokens_file, yaml.safe_dump({"tokens": kept + added}, sort_keys=False)
+    )
+    return issued
