@@ -1,15 +1,23 @@
-"""The runtime link driven by a scripted runtime over real gRPC (HOST-RT-1/3/4, HOST-INT-2)."""
+"""The runtime link driven by a scripted runtime over real gRPC (HOST-RT-1/3/4, HOST-INT-2).
+
+The loss-grace tests observe the grace timer itself (:class:`LossTimers`): they wait for the
+Host to start it and for it to end, instead of sleeping for about as long as the grace.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import grpc
 import pytest
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2, runtime_pb2
+from services.host.runtime_registry import RuntimeRegistry
 from tests.integration.host_activity import DEVICE, WS, error_reason, start_host
 from tests.support.runtime_client import interaction, text_message, turn_patch
 from tests.support.servers import LiveServer
@@ -17,6 +25,69 @@ from tests.support.servers import LiveServer
 RUNNING = canonical_pb2.TURN_PHASE_RUNNING
 SETTLED = canonical_pb2.TURN_PHASE_SETTLED
 APPLIED = runtime_pb2.REPORT_OUTCOME_APPLIED
+
+WAIT_SECONDS = 10.0
+"""Upper bound of any wait for something that must happen; only a failing test reaches it."""
+
+
+@dataclass
+class LossTimer:
+    """One grace timer the Host started for a disconnected runtime.
+
+    Times are ``time.monotonic()``, the clock of the server's event loop.
+    """
+
+    runtime_id: str
+    task: asyncio.Task[None]
+    scheduled_at: float
+    finished_at: float | None = None
+    finished: threading.Event = field(default_factory=threading.Event)
+
+    def wait_finished(self, timeout: float = WAIT_SECONDS) -> None:
+        """Block until the timer ended: cancelled, or the grace elapsed and it did its work."""
+        assert self.finished.wait(timeout), "the grace timer did not end"
+
+
+class LossTimers:
+    """Grace timers started by the Host in this test process (servers run in threads)."""
+
+    def __init__(self) -> None:
+        self._timers: list[LossTimer] = []
+        self._added = threading.Condition()
+
+    def scheduled(self, runtime_id: str, task: asyncio.Task[None]) -> None:
+        # On the server's loop, before the timer's first step: its sleep starts later.
+        timer = LossTimer(runtime_id, task, time.monotonic())
+
+        def done(_: asyncio.Task[None]) -> None:
+            timer.finished_at = time.monotonic()
+            timer.finished.set()
+
+        task.add_done_callback(done)
+        with self._added:
+            self._timers.append(timer)
+            self._added.notify_all()
+
+    def wait(self, count: int = 1) -> LossTimer:
+        """The ``count``-th timer started, once the Host has started it."""
+        with self._added:
+            started = self._added.wait_for(lambda: len(self._timers) >= count, WAIT_SECONDS)
+            assert started, "the Host did not start the loss grace"
+            return self._timers[count - 1]
+
+
+@pytest.fixture
+def loss_timers(monkeypatch: pytest.MonkeyPatch) -> LossTimers:
+    """Record every grace timer the Host schedules (``RuntimeRegistry.schedule_loss``)."""
+    timers = LossTimers()
+    schedule_loss = RuntimeRegistry.schedule_loss
+
+    def recording(self: RuntimeRegistry, runtime_id: str, timer: asyncio.Task[None]) -> None:
+        timers.scheduled(runtime_id, timer)
+        schedule_loss(self, runtime_id, timer)
+
+    monkeypatch.setattr(RuntimeRegistry, "schedule_loss", recording)
+    return timers
 
 
 def _messages(host, **kwargs) -> host_pb2.ListSessionMessagesResponse:  # type: ignore[no-untyped-def]
@@ -214,21 +285,26 @@ def test_tool_calls_never_touch_interactions_and_an_ack_commits_before_settlemen
 
 @pytest.mark.spec("HOST-RT-1", "HOST-INT-3", "HOST-TURN-5")
 def test_a_lost_runtime_interrupts_its_turns_after_the_grace(
-    migrated_db_url: str, live_server: Callable[..., LiveServer]
+    migrated_db_url: str, live_server: Callable[..., LiveServer], loss_timers: LossTimers
 ) -> None:
-    host = start_host(live_server, migrated_db_url, runtime_loss_grace_seconds=0.5)
+    grace = 0.5
+    host = start_host(live_server, migrated_db_url, runtime_loss_grace_seconds=grace)
     runtime = host.runtime()
     turn = host.send("hello", "c1").turn
     runtime.report(
         WS, "s1", "r1", turn_patch(turn.turn_id, RUNNING), interaction(turn.turn_id, "q1")
     )
     runtime.cancel()
-    time.sleep(0.1)
-    assert _turn(host, turn.turn_id).phase == RUNNING  # still within the grace
-    deadline = time.monotonic() + 10
-    while _turn(host, turn.turn_id).phase != SETTLED and time.monotonic() < deadline:
-        time.sleep(0.1)
-    settled = _turn(host, turn.turn_id)
+    timer = loss_timers.wait()  # the Host saw the link end: the grace runs from here
+    phase = _turn(host, turn.turn_id).phase
+    if time.monotonic() < timer.scheduled_at + grace:  # this read ended within the grace
+        assert phase == RUNNING
+    timer.wait_finished()
+    assert not timer.task.cancelled()
+    assert timer.finished_at is not None
+    assert timer.finished_at - timer.scheduled_at >= grace  # never before the grace
+    settled = _turn(host, turn.turn_id)  # the timer committed the loss before it ended
+    assert settled.phase == SETTLED
     assert settled.outcome == canonical_pb2.TURN_OUTCOME_INTERRUPTED
     items = host.stub.ListAttentionItems(
         host_pb2.ListAttentionItemsRequest(workspace_id=WS), metadata=DEVICE
@@ -251,16 +327,23 @@ def test_a_lost_runtime_interrupts_its_turns_after_the_grace(
 
 @pytest.mark.spec("HOST-RT-1")
 def test_a_runtime_that_returns_within_the_grace_keeps_its_turns(
-    migrated_db_url: str, live_server: Callable[..., LiveServer]
+    migrated_db_url: str, live_server: Callable[..., LiveServer], loss_timers: LossTimers
 ) -> None:
-    host = start_host(live_server, migrated_db_url, runtime_loss_grace_seconds=0.5)
+    # The runtime is back within milliseconds; a grace of seconds leaves any slow machine
+    # ample room, and the test waits it out only if the Host lets the timer run.
+    grace = 5.0
+    host = start_host(live_server, migrated_db_url, runtime_loss_grace_seconds=grace)
     runtime = host.runtime()
     turn = host.send("hello", "c1").turn
     runtime.cancel()
+    timer = loss_timers.wait()  # the Host saw the link end: the grace runs from here
     again = host.runtime()  # same runtime and instance id
     # The unacknowledged start command is re-sent to the new link.
     assert again.next_command().start_turn.turn_id == turn.turn_id
-    time.sleep(0.8)
+    assert time.monotonic() < timer.scheduled_at + grace, "not back within the grace"
+    # Once the timer ended (cancelled by the reconnect, or run out and found the runtime
+    # back), nothing can confirm the loss any more.
+    timer.wait_finished(grace + WAIT_SECONDS)
     assert _turn(host, turn.turn_id).phase != SETTLED
     again.close()
 
