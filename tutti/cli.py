@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import signal
 from pathlib import Path
-from types import FrameType, ModuleType
+from types import ModuleType
 from typing import Annotated
 
 import typer
@@ -16,8 +15,9 @@ from tutti.conformance_commands import conformance_app
 from tutti.local_auth import ensure_local_credentials
 from tutti.reference_commands import refdata_app, reference_app
 from tutti.session_commands import ensure_local_workspace, session_app
-from tutti.suite import COMPANIONS, SUITE, Suite, child_environment
+from tutti.suite import COMPANIONS, DEFAULT_GRACE_SECONDS, SUITE, Suite, child_environment
 from tutti.suite_record import remove_suite_record, write_suite_record
+from tutti.supervision import StopRequested, StopSignals, follow_supervisor
 
 app = typer.Typer(no_args_is_help=True, help="Operate the Agent Activity Services suite.")
 app.add_typer(reference_app, name="reference")
@@ -43,6 +43,7 @@ def serve(
     from grpcserver.app import RunningServer
     from grpcserver.app import serve as run
 
+    follow_supervisor()  # under `tutti up`: never outlive it (OPS-3)
     module = _service_module(name)
     settings = module.Settings()
 
@@ -86,8 +87,23 @@ def up(
     base_port: Annotated[
         int, typer.Option(help="Port of host; the others follow (+1 ...). 0 picks free ports.")
     ] = 50051,
+    grace: Annotated[
+        float,
+        typer.Option(
+            min=1.0, help="Seconds a stop waits for the services to drain before killing them."
+        ),
+    ] = DEFAULT_GRACE_SECONDS,
 ) -> None:
-    """Start the whole suite on this machine (SQLite by default) until Ctrl-C."""
+    """Start the whole suite on this machine (SQLite by default) until Ctrl-C or SIGTERM.
+
+    The first Ctrl-C (or SIGTERM, SIGHUP) drains every service within the grace and exits 0
+    after a clean stop; a second one kills them at once. No service outlives this command,
+    not even after ``kill -9`` of it (OPS-3).
+    """
+    # First of all, whatever dispositions this process inherited (SIGINT is ignored in a
+    # background job of a non-interactive shell): a stop must always be possible.
+    signals = StopSignals()
+    signals.install()
     defaults = ServerSettings()
     directory = (data_dir or defaults.data_dir).resolve()
     directory.mkdir(parents=True, exist_ok=True)
@@ -107,13 +123,9 @@ def up(
             database_url=url,
         ),
         log=typer.echo,
-        grace_period_seconds=settings.grace_period_seconds,
+        signals=signals,
+        grace_period_seconds=grace,
     )
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_signal)
     code = 0
     try:
         typer.echo("starting services ...")
@@ -130,16 +142,18 @@ def up(
         if exited is not None:
             typer.echo(f"{exited} exited unexpectedly; stopping the suite", err=True)
             code = 1
+    except StopRequested:
+        pass
     except (RuntimeError, TimeoutError) as error:
         typer.echo(f"suite failed to start: {error}", err=True)
         code = 1
-    except KeyboardInterrupt:
-        typer.echo("stopping ...")
     finally:
+        if signals.requested.is_set():
+            typer.echo(f"stopping ({signals.received}) ...")
         remove_suite_record()  # only if it names this suite (tutti/suite_record.py)
-        worst = suite.stop()
-    typer.echo("stopped")
-    raise typer.Exit(code or worst)
+        report = suite.stop()
+    typer.echo("stopped" if report.clean else f"stopped (exit codes: {report.exit_codes})")
+    raise typer.Exit(code or (0 if report.clean else 1))
 
 
 app.add_typer(conformance_app, name="conformance")
