@@ -44,6 +44,10 @@ class ServerSettings(BaseSettings):
     database_url: str | None = None
     """SQLAlchemy URL of the canonical store; unset means SQLite in ``data_dir``."""
 
+    sqlite_write_queue_seconds: float = Field(default=30.0, gt=0)
+    """On SQLite, how long a write waits in this process's first-come-first-served write
+    queue before ``UNAVAILABLE`` ``STORE_BUSY`` (with ``RetryInfo``); ignored on Postgres."""
+
     auth_tokens_file: Path | None = None
     """YAML/JSON bearer-token registry (see docs/auth.md); unset means
     ``<data_dir>/auth/tokens.yaml`` when it exists, otherwise every call is refused."""

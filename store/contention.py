@@ -1,7 +1,8 @@
 """Lock contention in the store reaches callers as a typed, retryable error (CON-5).
 
 An overloaded store is not a bug: a SQLite writer that waited past the busy timeout
-(``database is locked``), a Postgres transaction aborted as a serialization failure or a
+(``database is locked``) or in this process's write queue, a connection pool that stayed
+exhausted, a Postgres transaction aborted as a serialization failure or a
 deadlock victim, or a lock wait that ran out, all rolled back completely, so the caller may
 retry the whole call. :func:`retryable_error` turns such a driver error into
 ``Unavailable`` (reason ``STORE_BUSY``: the store did not admit the transaction in time) or
@@ -16,6 +17,7 @@ import sqlite3
 from typing import Final
 
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from domainerrors import Aborted, DomainError, Unavailable
 from store.engine import SqliteWriteSlotTimeout
@@ -43,6 +45,9 @@ def retryable_error(exc: BaseException) -> DomainError | None:
     """
     if isinstance(exc, SqliteWriteSlotTimeout):
         return _busy(str(exc))
+    if isinstance(exc, PoolTimeout):
+        # Every pooled connection stayed busy for the pool timeout: the store is saturated.
+        return _busy("no database connection came free in time")
     if not isinstance(exc, DBAPIError):
         return None
     orig = exc.orig

@@ -11,7 +11,7 @@ import asyncio
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from store.engine import create_async_engine_for
+from store.engine import DEFAULT_SQLITE_WRITE_QUEUE_SECONDS, create_async_engine_for
 from store.migrate import current, head
 
 
@@ -22,8 +22,11 @@ class SchemaNotReady(RuntimeError):
 class Database:
     """Owns one :class:`AsyncEngine`; use :meth:`start` / :meth:`stop` as server hooks."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(
+        self, url: str, *, sqlite_write_queue_seconds: float = DEFAULT_SQLITE_WRITE_QUEUE_SECONDS
+    ) -> None:
         self.url = url
+        self.sqlite_write_queue_seconds = sqlite_write_queue_seconds
         self._engine: AsyncEngine | None = None
 
     @property
@@ -46,7 +49,9 @@ class Database:
                 f"database schema is at {found or 'nothing'}, this build needs {expected}: "
                 "run `tutti migrate` first"
             )
-        self._engine = create_async_engine_for(self.url)
+        self._engine = create_async_engine_for(
+            self.url, sqlite_write_queue_seconds=self.sqlite_write_queue_seconds
+        )
 
     async def stop(self) -> None:
         """Dispose of the engine's connections."""

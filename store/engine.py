@@ -26,6 +26,8 @@ from sqlalchemy.pool import ConnectionPoolEntry
 
 __all__ = [
     "DEFAULT_SQLITE_BUSY_TIMEOUT_MS",
+    "DEFAULT_SQLITE_WRITE_QUEUE_DEPTH",
+    "DEFAULT_SQLITE_WRITE_QUEUE_SECONDS",
     "SQLITE_BEGIN_OPTION",
     "SqliteWriteSlotTimeout",
     "async_url",
@@ -38,6 +40,18 @@ __all__ = [
 
 DEFAULT_SQLITE_BUSY_TIMEOUT_MS: Final = 5_000
 """How long a SQLite connection waits for a lock before failing with ``database is locked``."""
+
+DEFAULT_SQLITE_WRITE_QUEUE_SECONDS: Final = 30.0
+"""How long a write transaction of this process may wait in line for the SQLite write slot.
+
+Longer than the busy timeout on purpose: the queue is first come, first served, so a burst
+(hundreds of concurrent writes from one machine) drains in order instead of failing after
+5 s; only a wait past this bound, or a line longer than
+:data:`DEFAULT_SQLITE_WRITE_QUEUE_DEPTH`, is refused (``STORE_BUSY`` with ``RetryInfo``)."""
+
+DEFAULT_SQLITE_WRITE_QUEUE_DEPTH: Final = 10_000
+"""Writers that may wait in line at once; the next one is refused at once instead of queueing
+for longer than anyone would wait."""
 
 SQLITE_BEGIN_OPTION: Final = "store_sqlite_begin"
 """Execution option choosing how a SQLite transaction begins: ``"DEFERRED"`` (default) or
@@ -94,7 +108,7 @@ def async_url(url: str | URL) -> str:
 
 
 class SqliteWriteSlotTimeout(TimeoutError):
-    """This process waited longer than the busy timeout for its turn to write."""
+    """This process's write queue did not admit the transaction (waited too long, or full)."""
 
 
 class _WriteGate:
@@ -107,8 +121,10 @@ class _WriteGate:
     talks to SQLite; other processes on the same file still meet the busy timeout.
     """
 
-    def __init__(self, timeout_seconds: float) -> None:
+    def __init__(self, timeout_seconds: float, max_waiting: int) -> None:
         self.timeout_seconds = timeout_seconds
+        self.max_waiting = max_waiting
+        self.waiting = 0
         # One lock per event loop: an asyncio.Lock belongs to the loop that first waits on it.
         self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
@@ -135,13 +151,19 @@ async def sqlite_write_slot(engine: AsyncEngine) -> AsyncIterator[None]:
     for itself: never nest write transactions.
 
     Raises:
-        SqliteWriteSlotTimeout: the slot did not come free within the busy timeout.
+        SqliteWriteSlotTimeout: the slot did not come free within the queue timeout, or the
+            queue already holds its maximum of waiting writers.
     """
     gate = _WRITE_GATES.get(engine.sync_engine)
     if gate is None:
         yield
         return
     lock = gate.lock()
+    if lock.locked() and gate.waiting >= gate.max_waiting:
+        raise SqliteWriteSlotTimeout(
+            f"the SQLite write queue is full ({gate.waiting} writers waiting)"
+        )
+    gate.waiting += 1
     try:
         async with asyncio.timeout(gate.timeout_seconds):
             await lock.acquire()
@@ -149,6 +171,8 @@ async def sqlite_write_slot(engine: AsyncEngine) -> AsyncIterator[None]:
         raise SqliteWriteSlotTimeout(
             f"no SQLite write slot within {gate.timeout_seconds:g} s"
         ) from exc
+    finally:
+        gate.waiting -= 1
     try:
         yield
     finally:
@@ -214,6 +238,8 @@ def create_async_engine_for(
     *,
     echo: bool = False,
     sqlite_busy_timeout_ms: int = DEFAULT_SQLITE_BUSY_TIMEOUT_MS,
+    sqlite_write_queue_seconds: float = DEFAULT_SQLITE_WRITE_QUEUE_SECONDS,
+    sqlite_write_queue_depth: int = DEFAULT_SQLITE_WRITE_QUEUE_DEPTH,
     **engine_kwargs: Any,
 ) -> AsyncEngine:
     """Create a configured asyncio engine (used by the services).
@@ -221,7 +247,10 @@ def create_async_engine_for(
     Args:
         url: any accepted database URL; its driver is normalized with :func:`async_url`.
         echo: log SQL statements.
-        sqlite_busy_timeout_ms: SQLite lock wait before ``database is locked``.
+        sqlite_busy_timeout_ms: SQLite lock wait before ``database is locked`` (another
+            process holding the write lock).
+        sqlite_write_queue_seconds: how long a write waits in this process's write queue.
+        sqlite_write_queue_depth: how many writes may wait in that queue at once.
         **engine_kwargs: passed to :func:`sqlalchemy.ext.asyncio.create_async_engine`.
 
     Returns:
@@ -231,7 +260,9 @@ def create_async_engine_for(
     if backend_name(normalized) == "sqlite":
         engine = create_async_engine(normalized, echo=echo, **engine_kwargs)
         _install_sqlite_listeners(engine.sync_engine, sqlite_busy_timeout_ms)
-        _WRITE_GATES[engine.sync_engine] = _WriteGate(sqlite_busy_timeout_ms / 1000)
+        _WRITE_GATES[engine.sync_engine] = _WriteGate(
+            sqlite_write_queue_seconds, sqlite_write_queue_depth
+        )
         return engine
     engine_kwargs.setdefault("pool_pre_ping", True)
     return create_async_engine(normalized, echo=echo, **engine_kwargs)

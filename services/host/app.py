@@ -17,7 +17,10 @@ __all__ = ["Settings", "build"]
 
 def build(settings: Settings) -> ServiceDefinition:
     """Assemble the host service for :func:`grpcserver.app.serve`."""
-    database = Database(settings.resolved_database_url())
+    database = Database(
+        settings.resolved_database_url(),
+        sqlite_write_queue_seconds=settings.sqlite_write_queue_seconds,
+    )
     ctx = HostContext(
         database=database,
         runtime_loss_grace_seconds=settings.runtime_loss_grace_seconds,

@@ -15,7 +15,10 @@ __all__ = ["Settings", "build"]
 
 def build(settings: Settings) -> ServiceDefinition:
     """Assemble the issuemanager service for :func:`grpcserver.app.serve`."""
-    database = Database(settings.resolved_database_url())
+    database = Database(
+        settings.resolved_database_url(),
+        sqlite_write_queue_seconds=settings.sqlite_write_queue_seconds,
+    )
     servicer = IssueManagerServicer(
         TopicStore(database, detail_max_outputs=settings.issuemanager_detail_max_outputs),
         LoadBounds(

@@ -14,7 +14,10 @@ __all__ = ["Settings", "build"]
 
 def build(settings: Settings) -> ServiceDefinition:
     """Assemble the maintenance service for :func:`grpcserver.app.serve`."""
-    database = Database(settings.resolved_database_url())
+    database = Database(
+        settings.resolved_database_url(),
+        sqlite_write_queue_seconds=settings.sqlite_write_queue_seconds,
+    )
     servicer = MaintenanceServicer(RetentionPreferences(database))  # type: ignore[abstract]
     return definition_for(
         "maintenance",
