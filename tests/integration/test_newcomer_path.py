@@ -17,16 +17,22 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
+from google.protobuf import descriptor_pool, json_format, message_factory
+from google.protobuf.message import Message
 
+from conformance.runner import import_all_contracts
+from tests.support.readme import GrpcurlExample, grpcurl_examples, shell_blocks, shell_commands
 from tutti.suite import COMPANIONS, SUITE
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
 
 
 class _Suite:
@@ -114,71 +120,154 @@ def _tutti(*args: str, env: dict[str, str], cwd: Path = ROOT) -> subprocess.Comp
     )
 
 
-@pytest.mark.spec("OPS-2", "ARCH-3", "HOST-OBS-2")
-def test_the_session_walkthrough_finds_a_suite_started_like_scripts_up(tmp_path: Path) -> None:
-    home, work = tmp_path / "home", tmp_path / "clone"
+@dataclass
+class _ScriptsUp:
+    """A suite started the way ``./scripts/up`` starts it, in a fresh clone's directory."""
+
+    suite: _Suite
+    home: Path
+    work: Path
+
+    @property
+    def data(self) -> Path:
+        return self.work / ".data"
+
+    @property
+    def cli_env(self) -> dict[str, str]:
+        """A fresh shell: no TUTTI_DATA_DIR, no address (the record says where)."""
+        return _fresh_env(self.home)
+
+
+@pytest.fixture(scope="module")
+def scripts_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_ScriptsUp]:
+    root = tmp_path_factory.mktemp("newcomer")
+    home, work = root / "home", root / "clone"
     work.mkdir()
     # What ./scripts/up runs: a data directory that is not the CLI's default one.
     env = _fresh_env(home, TUTTI_DEMO_STEP_DELAY_SECONDS="0.01")
     command = [sys.executable, "-m", "tutti", "up", "--data-dir", ".data", "--base-port", "0"]
     with _running(command, env, work) as suite:
         suite.wait_ready()
-        record = json.loads(_record(home).read_text())
-        assert record["dataDir"] == str((work / ".data").resolve())
-        assert record["pid"] == suite.process.pid
-        assert set(record["addresses"]) == {*SUITE, *COMPANIONS}
+        yield _ScriptsUp(suite, home, work)
 
-        cli_env = _fresh_env(home)  # no TUTTI_DATA_DIR, no address: the record says where
-        created = _tutti("session", "create", env=cli_env, cwd=work)
-        assert created.returncode == 0, created.stderr
-        session_id = created.stdout.strip()
-        assert (work / ".data" / "run" / "cli-session").read_text().strip() == session_id
 
-        followed = _tutti("session", "send", "@explorer look around", "--follow", env=cli_env)
-        assert followed.returncode == 0, followed.stderr
-        assert "TURN_OUTCOME_COMPLETED" in followed.stdout
-        task_call = next(
-            line for line in followed.stdout.splitlines() if '"toolName":"Task"' in line
-        )
-        assert re.search(r" … \(\d+ more bytes\)$", task_call), task_call
+def _task_call_line(output: str) -> str:
+    return next(line for line in output.splitlines() if '"toolName":"Task"' in line)
 
-        # The reference backends are found the same way.
-        loaded = _tutti(
-            "refdata", "load", "docs/examples/refdata.yaml", "--workspace", "ws-1", env=cli_env
-        )
-        assert loaded.returncode == 0, loaded.stderr
 
-        # An explicit data directory wins over the record.
-        elsewhere = _tutti(
-            "session", "create", env=dict(cli_env, TUTTI_DATA_DIR=str(tmp_path / "other"))
-        )
-        assert elsewhere.returncode == 2
-        assert "no CLI token" in elsewhere.stderr
-        assert str(tmp_path / "other") in elsewhere.stderr
+@pytest.mark.spec("OPS-2", "ARCH-3", "HOST-OBS-2")
+def test_the_session_walkthrough_finds_a_suite_started_like_scripts_up(
+    scripts_up: _ScriptsUp, tmp_path: Path
+) -> None:
+    record = json.loads(_record(scripts_up.home).read_text())
+    assert record["dataDir"] == str(scripts_up.data.resolve())
+    assert record["pid"] == scripts_up.suite.process.pid
+    assert set(record["addresses"]) == {*SUITE, *COMPANIONS}
 
-        assert suite.stop() == 0, suite.output
-    assert not _record(home).exists(), "a clean stop removes the record"
-    after = _tutti("session", "create", env=cli_env, cwd=work)
+    env, work = scripts_up.cli_env, scripts_up.work
+    created = _tutti("session", "create", env=env, cwd=work)
+    assert created.returncode == 0, created.stderr
+    session_id = created.stdout.strip()
+    assert (scripts_up.data / "run" / "cli-session").read_text().strip() == session_id
+
+    followed = _tutti("session", "send", "@explorer look around", "--follow", env=env)
+    assert followed.returncode == 0, followed.stderr
+    assert "TURN_OUTCOME_COMPLETED" in followed.stdout
+    task_call = _task_call_line(followed.stdout)
+    assert re.search(r" … \(\d+ more bytes\)$", task_call), task_call
+
+    # The reference backends are found the same way.
+    loaded = _tutti("refdata", "load", "docs/examples/refdata.yaml", "--workspace", "ws-1", env=env)
+    assert loaded.returncode == 0, loaded.stderr
+
+    # An explicit data directory wins over the record.
+    elsewhere = _tutti("session", "create", env=dict(env, TUTTI_DATA_DIR=str(tmp_path / "other")))
+    assert elsewhere.returncode == 2
+    assert "no CLI token" in elsewhere.stderr
+    assert str(tmp_path / "other") in elsewhere.stderr
+
+
+def _call(channel: grpc.Channel, example: GrpcurlExample, token: str) -> dict[str, Any]:
+    """What grpcurl does with the example: JSON in, a unary call, JSON out."""
+    import_all_contracts()
+    assert example.service is not None
+    assert example.method is not None
+    method = descriptor_pool.Default().FindMethodByName(f"{example.service}.{example.method}")
+    request = message_factory.GetMessageClass(method.input_type)()
+    json_format.ParseDict(example.body or {}, request)
+    response_class = message_factory.GetMessageClass(method.output_type)
+    call: grpc.UnaryUnaryMultiCallable[Message, Message] = channel.unary_unary(
+        f"/{example.service}/{example.method}",
+        request_serializer=lambda message: message.SerializeToString(),
+        response_deserializer=response_class.FromString,
+    )
+    response = call(request, metadata=(("authorization", f"Bearer {token}"),), timeout=30)
+    return json_format.MessageToDict(response)
+
+
+def _wait_idle(channel: grpc.Channel, token: str, workspace: str, session: str) -> None:
+    """Wait until the Session has no active Turn (a human reads the reply first)."""
+    get = GrpcurlExample(
+        command="GetSession",
+        address="",
+        service="agentactivity.host.v1.HostService",
+        method="GetSession",
+        body={"workspaceId": workspace, "sessionId": session},
+        authorized=True,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if not _call(channel, get, token)["session"].get("activeTurnId"):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"Session {session} stayed active")
+
+
+@pytest.mark.spec("OPS-2", "ARCH-3", "HOST-TGT-1")
+def test_the_readme_host_grpcurl_examples_work_and_leave_the_demo_agent_intact(
+    scripts_up: _ScriptsUp,
+) -> None:
+    # Every HostService example of the README, in its order, as grpcurl would send it.
+    token = (scripts_up.data / "auth" / "cli-token").read_text().strip()
+    host = json.loads(_record(scripts_up.home).read_text())["addresses"]["host"]
+    examples = [e for e in grpcurl_examples() if e.service == "agentactivity.host.v1.HostService"]
+    assert len(examples) >= 10
+    with grpc.insecure_channel(host) as channel:
+        for example in examples:
+            body = example.body or {}
+            if example.method == "SendInput":
+                _wait_idle(channel, token, body["workspaceId"], body["sessionId"])
+            try:
+                response = _call(channel, example, token)
+            except grpc.RpcError as error:
+                message = f"{example.command}\n-> {error.code()}: {error.details()}"
+                raise AssertionError(message) from None
+            if example.method == "SendInput" or "initialInput" in body:
+                assert response["turn"]["turnId"], response  # a Turn on the demo agent
+
+    # The demo agent's target is still its own: @explorer still delegates.
+    delegated = _tutti(
+        "session", "send", "@explorer look around", "--follow", env=scripts_up.cli_env
+    )
+    assert delegated.returncode == 0, delegated.stderr
+    assert "explorer" in _task_call_line(delegated.stdout)
+
+
+@pytest.mark.spec("OPS-2", "OPS-3")
+def test_a_clean_stop_removes_the_suite_record(scripts_up: _ScriptsUp) -> None:
+    assert _record(scripts_up.home).exists()
+    assert scripts_up.suite.stop() == 0, scripts_up.suite.output
+    assert not _record(scripts_up.home).exists()
+    after = _tutti("session", "create", env=scripts_up.cli_env, cwd=scripts_up.work)
     assert after.returncode == 2
     assert after.stderr.startswith("error: no CLI token")
     assert "Traceback" not in after.stderr
 
 
-def _readme_block(needle: str) -> list[str]:
-    """The shell commands of the README code block containing ``needle``."""
-    blocks = re.findall(r"```sh\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
-    block = next(b for b in blocks if needle in b)
-    commands = []
-    for logical in block.replace("\\\n", " ").splitlines():
-        command = logical.split("#", 1)[0].strip()
-        if command:
-            commands.append(command)
-    return commands
-
-
 @pytest.mark.spec("CON-3", "OPS-2")
 def test_the_readme_conformance_commands_pass_against_tutti_up(tmp_path: Path) -> None:
-    provision, up, run = _readme_block("tutti conformance provision")
+    block = next(b for b in shell_blocks() if "tutti conformance provision" in b)
+    provision, up, run = shell_commands(block)
     assert " up " in f" {up} "
     data, tokens = tmp_path / "conformance", tmp_path / "conformance-tokens"
 
