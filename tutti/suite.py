@@ -29,7 +29,12 @@ from grpcserver.settings import DEFAULT_PORTS
 from tutti.supervision import SUPERVISOR_PID_ENV, StopSignals
 
 SUITE = ("host", "refresolve", "livestream", "maintenance", "appcenter", "issuemanager")
-"""Every server ``tutti up`` starts, in start order."""
+"""Every server ``tutti up`` starts."""
+
+START_ORDER = ("appcenter", "issuemanager", "host", "refresolve", "livestream", "maintenance")
+"""Callees before their callers, so with free ports (``--base-port 0``) each child is given
+the real address of every service it calls: refresolve calls the two backends, livestream
+and maintenance call Host."""
 
 COMPANIONS = ("demoruntime",)
 """Local-only processes ``tutti up`` starts after the suite, on a free port (health only):
@@ -162,9 +167,9 @@ class Suite:
         addresses = {name: f"127.0.0.1:{self._port_for(name)}" for name in SUITE}
         addresses.update(dict.fromkeys(COMPANIONS, "127.0.0.1:0"))
         deadline = time.monotonic() + timeout
-        # Backends first, so callers find them; each child learns the others' ports. Host
+        # Callees first, so callers find them; each child learns the others' ports. Host
         # reports its port only once SERVING, so the companions find it ready.
-        for name in (*SUITE, *COMPANIONS):
+        for name in (*START_ORDER, *COMPANIONS):
             self.signals.check()
             port_file = run_dir / f"{name}.port"
             port_file.unlink(missing_ok=True)
@@ -180,7 +185,8 @@ class Suite:
             (run_dir / f"{name}.pid").write_text(f"{process.pid}\n")
             child.port = _wait_for_port(child, deadline, self.signals)
             addresses[name] = f"127.0.0.1:{child.port}"
-        for name, address in addresses.items():
+        for name in (*SUITE, *COMPANIONS):
+            address = addresses[name]
             wait_serving(
                 address, timeout=max(0.1, deadline - time.monotonic()), signals=self.signals
             )

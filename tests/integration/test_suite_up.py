@@ -9,6 +9,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2
 
+from agentactivity.refresolve.v1 import refresolve_pb2, refresolve_pb2_grpc
 from grpcserver.probes import check_health, list_services
 from tests.support.suite_process import running_suite
 from tutti.suite import SUITE
@@ -39,6 +40,23 @@ def test_tutti_up_serves_all_six_with_health_and_reflection(tmp_path: Path) -> N
                 listed = list_services(channel)
                 assert EXPECTED_SERVICES[name] <= listed, (name, listed)
                 assert "grpc.health.v1.Health" in listed
+        # With free ports, callers were started after their callees and know their real
+        # addresses: refresolve reaches AppCenter (NOT_FOUND from it, not UNAVAILABLE).
+        token = (tmp_path / "auth" / "cli-token").read_text().strip()
+        workspace = (tmp_path / "auth" / "workspace").read_text().strip()
+        with grpc.insecure_channel(f"127.0.0.1:{suite.port('refresolve')}") as channel:
+            stub = refresolve_pb2_grpc.ReferenceServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as missing:
+                stub.ListReferences(
+                    refresolve_pb2.ListReferencesRequest(
+                        workspace_id=workspace,
+                        source=refresolve_pb2.REFERENCE_SOURCE_APP,
+                        id="no-such-app",
+                    ),
+                    metadata=(("authorization", f"Bearer {token}"),),
+                    timeout=30,
+                )
+            assert missing.value.code() == grpc.StatusCode.NOT_FOUND, missing.value
         assert (tmp_path / "tutti.db").exists(), "the default store is SQLite in the data dir"
         assert (tmp_path / "auth" / "cli-token").stat().st_mode & 0o077 == 0
         suite.signal(signal.SIGINT)

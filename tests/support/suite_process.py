@@ -58,6 +58,9 @@ class SuiteProcess:
         self.data_dir = data_dir
         base = {k: v for k, v in os.environ.items() if not k.startswith("TUTTI_")}
         base.setdefault("TUTTI_LOG_FORMAT", "text")
+        # A private HOME: the per-user running-suite record (tutti/suite_record.py) of a
+        # test suite must not be found by a CLI the developer runs meanwhile.
+        base["HOME"] = str(data_dir.parent / f"{data_dir.name}-home")
         base.update(env or {})
         command = [
             sys.executable,
