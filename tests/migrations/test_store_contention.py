@@ -20,7 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from domainerrors import Unavailable
 from store.engine import (
+    _WRITE_GATES,
     DEFAULT_SQLITE_BUSY_TIMEOUT_MS,
+    DEFAULT_SQLITE_WRITE_QUEUE_SECONDS,
     backend_name,
     create_async_engine_for,
     sqlite_write_slot,
@@ -40,9 +42,14 @@ def _run(
     url: str,
     scenario: Callable[[AsyncEngine], Awaitable[T]],
     sqlite_busy_timeout_ms: int = DEFAULT_SQLITE_BUSY_TIMEOUT_MS,
+    sqlite_write_queue_seconds: float = DEFAULT_SQLITE_WRITE_QUEUE_SECONDS,
 ) -> T:
     async def main() -> T:
-        engine = create_async_engine_for(url, sqlite_busy_timeout_ms=sqlite_busy_timeout_ms)
+        engine = create_async_engine_for(
+            url,
+            sqlite_busy_timeout_ms=sqlite_busy_timeout_ms,
+            sqlite_write_queue_seconds=sqlite_write_queue_seconds,
+        )
         try:
             return await scenario(engine)
         finally:
@@ -55,23 +62,47 @@ def _run(
 def test_sqlite_writers_of_a_process_queue_in_arrival_order(
     sqlite_template: Path, tmp_path: Path
 ) -> None:
-    """Without the queue, writers wait in SQLite's busy handler and win in random order."""
+    """Without the queue, writers wait in SQLite's busy handler and win in random order.
+
+    Writer 0 holds the write lock (inside its transaction, after its insert) until released;
+    each further writer starts only once the one before it is provably waiting in the queue.
+    """
     path = tmp_path / "store.sqlite3"
     shutil.copyfile(sqlite_template, path)
     order: list[int] = []
+    entered: list[int] = []
 
     async def scenario(engine: AsyncEngine) -> None:
         runner = TransactionRunner(engine, scope=_scope)
+        gate = _WRITE_GATES[engine.sync_engine]
+        inside = asyncio.Event()
+        release = asyncio.Event()
 
         async def write(index: int) -> None:
             async def command(session: AsyncSession) -> None:
                 await session.execute(insert(Session).values(**session_row(f"s-{index}")))
-                await asyncio.sleep(0.005)  # hold the write lock across an await
+                entered.append(index)
+                if index == 0:
+                    inside.set()
+                    await release.wait()  # hold the write lock across an await
                 order.append(index)
 
             await runner.run(command)
 
-        await asyncio.gather(*(write(index) for index in range(16)))
+        async def queued(count: int) -> None:
+            # The queue has no event to wait on: yield to the loop until it holds ``count``.
+            while gate.waiting != count:  # noqa: ASYNC110
+                await asyncio.sleep(0)
+
+        async with asyncio.timeout(30):
+            writers = [asyncio.create_task(write(0))]
+            await inside.wait()
+            for index in range(1, 16):
+                writers.append(asyncio.create_task(write(index)))
+                await queued(index)  # writer ``index`` waits, behind every earlier one
+            assert entered == [0]
+            release.set()
+            await asyncio.gather(*writers)
 
     _run(f"sqlite:///{path}", scenario)
     assert order == list(range(16))
@@ -99,7 +130,10 @@ def test_the_write_queue_holds_only_sqlite_writers(migrated_db_url: str) -> None
                 return seen, error.reason
         return seen, None
 
-    seen, failure = _run(migrated_db_url, scenario, sqlite_busy_timeout_ms=200)
+    # A short queue timeout: the writer gives up after it, not after the 30 s default.
+    seen, failure = _run(
+        migrated_db_url, scenario, sqlite_busy_timeout_ms=200, sqlite_write_queue_seconds=0.2
+    )
     assert seen == 0
     assert failure == ("STORE_BUSY" if sqlite else None)
 
