@@ -53,6 +53,7 @@ __all__ = [
     "TURN_OUTCOMES",
     "TURN_PHASES",
     "ActivityEvent",
+    "ActivityEventRetention",
     "AgentTarget",
     "AppCenterApp",
     "AppCenterArtifact",
@@ -580,6 +581,30 @@ class ActivityEvent(Base):
         Index("ix_activity_events_workspace_id_id", "workspace_id", "id"),
         Index("ix_activity_events_created_at_unix_ms", "created_at_unix_ms"),
         {"sqlite_autoincrement": True},
+    )
+
+
+class ActivityEventRetention(Base):
+    """Per-workspace bookkeeping of the activity event log's pruner (HOST-OBS-2, ADR 0015).
+
+    Only the pruner writes it (and only the pruner deletes ``activity_events`` rows).
+    ``pruned_through_event_id`` is the highest id of the workspace's events the pruner deleted:
+    every event of the workspace with an id up to it is gone, every later one is kept, so a
+    cursor below it has expired and one at or above it has not (0: nothing pruned).
+    ``retained_count`` counts the workspace's retained events with ids up to
+    ``counted_through_event_id``; each prune counts only the events appended since the last
+    one, so the size bound costs no scan of the whole log.
+    """
+
+    __tablename__ = "activity_event_retention"
+
+    workspace_id: Mapped[str] = mapped_column(primary_key=True)
+    pruned_through_event_id: Mapped[int]
+    counted_through_event_id: Mapped[int]
+    retained_count: Mapped[int]
+
+    __table_args__ = (
+        Index("ix_activity_event_retention_counted_through_event_id", "counted_through_event_id"),
     )
 
 

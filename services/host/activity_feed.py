@@ -21,10 +21,11 @@ that was received before them.
 
 Bounds: each subscriber buffers at most ``queue_max_items`` live items; overflow ends its stream
 with ``RESOURCE_EXHAUSTED`` (``WATCH_CONSUMER_TOO_SLOW``) and the consumer resumes from its
-cursor. The log keeps events at least ``retention_seconds`` unless it holds more than
-``max_rows`` (the newest ``max_rows`` stay; the newest row always stays); the pruner runs every
-``prune_interval_seconds``. A cursor older than the oldest retained id minus one, or ahead of
-the log head, fails ``OUT_OF_RANGE`` (``EVENT_CURSOR_EXPIRED``).
+cursor. Retention is per workspace (ADR 0015 §10): every ``prune_interval_seconds`` each
+workspace keeps its newest ``max_rows`` events younger than ``retention_seconds``, and always
+its newest event. A cursor below the highest id pruned from its workspace (the ready marker's
+``oldest_retained_event_id`` minus one), or ahead of the log head, fails ``OUT_OF_RANGE``
+(``EVENT_CURSOR_EXPIRED``); other workspaces' pruning never expires it.
 
 Drain: when the process stops, every stream ends with ``UNAVAILABLE`` (``DRAINING``, the last
 emitted id in ``after_event_id``) so its consumer resumes on another replica at once (OPS-3).
@@ -72,7 +73,11 @@ _TRACKED_TEXTS = 1024
 
 @dataclass(frozen=True)
 class FeedSettings:
-    """Bounds of the feed (``services.host.settings.Settings`` fields of the same names)."""
+    """Bounds of the feed (``services.host.settings.Settings`` fields of the same names).
+
+    ``retention_seconds`` and ``max_rows`` bound each workspace's events on their own
+    (``activity_event_retention_seconds``, ``activity_event_max_rows``).
+    """
 
     queue_max_items: int = 10_000
     idle_check_seconds: float = 1.0
@@ -129,7 +134,7 @@ class ActivityFeed:
             ActivityLog.detach(database.engine)
 
     async def prune(self, database: Database) -> int:
-        """Apply the retention bound once; returns the number of deleted rows."""
+        """Apply the retention bounds to every workspace once; returns the deleted rows."""
         cutoff = self.clock() - int(self.settings.retention_seconds * 1000)
         async with write_session(database.engine) as db:
             return await EventReader(db).prune(

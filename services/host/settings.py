@@ -21,16 +21,19 @@ class Settings(ServerSettings):
     live settings (``TUTTI_RUNTIME_COMMAND_TIMEOUT_SECONDS``)."""
 
     activity_event_retention_seconds: float = 7 * 24 * 3600.0
-    """The activity event log keeps an event at least this long (default 7 days) unless the
-    log holds more than ``activity_event_max_rows`` rows (HOST-OBS-1,
-    ``TUTTI_ACTIVITY_EVENT_RETENTION_SECONDS``). Older cursors fail ``OUT_OF_RANGE``."""
+    """Age bound of the activity event log, per workspace (default 7 days): the pruner removes
+    a workspace's events up to its newest one created before now minus this, except the
+    workspace's newest event, which always stays (HOST-OBS-2, ADR 0015 §10,
+    ``TUTTI_ACTIVITY_EVENT_RETENTION_SECONDS``). Cursors of removed events fail
+    ``OUT_OF_RANGE`` ``EVENT_CURSOR_EXPIRED``."""
 
     activity_event_max_rows: int = 1_000_000
-    """Size bound of the activity event log: only the newest this many rows are kept
+    """Size bound of the activity event log, per workspace: each workspace keeps at most its
+    newest this many events (at least 1), whatever other workspaces write
     (``TUTTI_ACTIVITY_EVENT_MAX_ROWS``)."""
 
     activity_event_prune_interval_seconds: float = 300.0
-    """How often Host applies the two bounds above
+    """How often Host applies the two bounds above to every workspace
     (``TUTTI_ACTIVITY_EVENT_PRUNE_INTERVAL_SECONDS``)."""
 
     watch_queue_max_items: int = 10_000

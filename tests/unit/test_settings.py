@@ -23,6 +23,17 @@ def test_every_setting_is_documented() -> None:
     assert not missing
 
 
+@pytest.mark.spec("OPS-1", "HOST-OBS-2")
+def test_every_host_setting_is_documented() -> None:
+    text = DOCS.read_text()
+    missing = [
+        f"TUTTI_{name.upper()}"
+        for name in HostSettings.model_fields
+        if f"`TUTTI_{name.upper()}`" not in text
+    ]
+    assert not missing
+
+
 @pytest.mark.spec("OPS-1")
 def test_settings_read_prefixed_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TUTTI_GRACE_PERIOD_SECONDS", "7.5")

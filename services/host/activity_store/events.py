@@ -15,18 +15,39 @@ SQLAlchemy documents for event handlers), while readers use :class:`EventReader`
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Final, cast
 
-from sqlalchemy import delete, func, insert, select, text
+from sqlalchemy import (
+    BigInteger,
+    Executable,
+    Table,
+    Text,
+    and_,
+    column,
+    delete,
+    exists,
+    func,
+    insert,
+    literal,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session as OrmSession
+from sqlalchemy.orm import aliased
 
-from store.models import ActivityEvent
+from store.models import ActivityEvent, ActivityEventRetention
 
 __all__ = [
     "EVENT_APPEND_LOCK",
+    "EVENT_PRUNE_LOCK",
     "EventReader",
+    "LogBounds",
     "NewEventRow",
     "StoredEvent",
     "append_rows",
@@ -37,7 +58,16 @@ EVENT_APPEND_LOCK = 0x7475_7474_6965_7631
 """``pg_advisory_xact_lock`` key that serializes activity-event appends on Postgres (one key
 for every writer of the log, deletion included, so ids commit in id order)."""
 
-_PRUNE_CHUNK = 10_000
+EVENT_PRUNE_LOCK = 0x7475_7474_6965_7632
+"""``pg_advisory_xact_lock`` key that serializes pruners (several Host replicas may run one)."""
+
+_WORKSPACE_BATCH = 5_000
+"""Workspaces per delete statement (two parameters each, under SQLite's 32,766)."""
+
+_Retention = ActivityEventRetention
+# Core tables: statements on them are not ORM-enabled (no session synchronization).
+_EVENTS_TABLE: Final = cast(Table, ActivityEvent.__table__)
+_RETENTION_TABLE: Final = cast(Table, ActivityEventRetention.__table__)
 
 
 @dataclass(frozen=True)
@@ -116,7 +146,17 @@ def _stored(row: ActivityEvent) -> StoredEvent:
 
 @dataclass(frozen=True)
 class LogBounds:
-    """Where a workspace's feed stands: its head, the log's head and oldest retained id."""
+    """Where a workspace's feed stands.
+
+    Attributes:
+        workspace_head: The workspace's newest event id (0 when it has none).
+        global_head: The log's newest event id; a cursor above it is from the future.
+        oldest_retained: The lowest id from which the workspace's feed is complete: one more
+            than the highest event id the pruner deleted from this workspace (1 when it
+            deleted none). Every event of the workspace with this id or higher is retained,
+            so a cursor below ``oldest_retained - 1`` has expired and any other has not.
+            Other workspaces' pruning never moves it.
+    """
 
     workspace_head: int
     global_head: int
@@ -130,19 +170,24 @@ class EventReader:
         self._db = session
 
     async def bounds(self, workspace_id: str) -> LogBounds:
-        """The workspace head (0 when empty), the log head and the oldest retained id."""
+        """The workspace head (0 when empty), the log head and the workspace's retention bound."""
         workspace_head = (
             await self._db.execute(
                 select(func.max(ActivityEvent.id)).where(ActivityEvent.workspace_id == workspace_id)
             )
         ).scalar_one_or_none()
-        global_head, oldest = (
-            await self._db.execute(select(func.max(ActivityEvent.id), func.min(ActivityEvent.id)))
-        ).one()
+        global_head = (await self._db.execute(select(func.max(ActivityEvent.id)))).scalar_one()
+        pruned = (
+            await self._db.execute(
+                select(_Retention.pruned_through_event_id).where(
+                    _Retention.workspace_id == workspace_id
+                )
+            )
+        ).scalar_one_or_none()
         return LogBounds(
             workspace_head=int(workspace_head or 0),
             global_head=int(global_head or 0),
-            oldest_retained=None if oldest is None else int(oldest),
+            oldest_retained=int(pruned or 0) + 1,
         )
 
     async def after(
@@ -158,43 +203,187 @@ class EventReader:
         return [_stored(row) for row in (await self._db.execute(query)).scalars()]
 
     async def prune(self, *, older_than_unix_ms: int, keep_newest: int) -> int:
-        """Delete rows older than the cutoff or beyond the newest ``keep_newest``.
+        """Apply the retention bounds to every workspace, each on its own (ADR 0015 §10).
 
-        The newest row always stays, so the oldest retained id stays defined and an
-        expired cursor can be told from an empty log. Deletes in id chunks.
+        A workspace keeps its newest ``keep_newest`` events (at least one) that are not older
+        than the cutoff, and always its newest event, so its head and its retention bound stay
+        defined and an expired cursor can be told from an empty feed. Each workspace loses a
+        prefix of its events (by id): by age, everything up to its newest event created before
+        the cutoff that is not its newest event; by count, everything below its newest
+        ``keep_newest``. One workspace's traffic never shortens another's feed.
+
+        Set-based: counting the events appended since the last prune, finding the age bound
+        and deleting are one statement each (per 5,000 workspaces), whatever the number of
+        workspaces; only a workspace over the count bound costs one more statement, an index
+        walk over exactly the events it loses. Pruners are serialized (an advisory lock on
+        Postgres, the write lock on SQLite), since the counts are incremental.
 
         Returns:
             How many rows were deleted.
         """
-        newest = (await self._db.execute(select(func.max(ActivityEvent.id)))).scalar_one_or_none()
-        if newest is None:
+        db = self._db
+        postgres = (await db.connection()).dialect.name == "postgresql"
+        if postgres:
+            await db.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": EVENT_PRUNE_LOCK})
+        head = (await db.execute(select(func.max(ActivityEvent.id)))).scalar_one_or_none()
+        if head is None:
             return 0
-        by_age = (
-            await self._db.execute(
-                select(func.max(ActivityEvent.id)).where(
-                    ActivityEvent.created_at_unix_ms < older_than_unix_ms
+        counted = (
+            await db.execute(select(func.max(_Retention.counted_through_event_id)))
+        ).scalar_one_or_none()
+        if int(head) > int(counted or 0):
+            await db.execute(_count_appended(postgres, int(counted or 0), int(head)))
+        through = await self._age_bounds(older_than_unix_ms, int(head))
+        keep = max(1, keep_newest)
+        over = (
+            await db.execute(
+                select(_Retention.workspace_id, _Retention.retained_count).where(
+                    _Retention.retained_count > keep
                 )
             )
-        ).scalar_one_or_none()
-        by_size = (
-            await self._db.execute(
-                select(ActivityEvent.id)
-                .order_by(ActivityEvent.id.desc())
-                .offset(max(1, keep_newest))
-                .limit(1)
-            )
-        ).scalar_one_or_none()
-        through = min(max(int(by_age or 0), int(by_size or 0)), int(newest) - 1)
-        if through <= 0:
-            return 0
+        ).all()
+        for workspace_id, retained in over:
+            # The last event this workspace loses: a walk over exactly the events to delete.
+            last = (
+                await db.execute(
+                    select(ActivityEvent.id)
+                    .where(ActivityEvent.workspace_id == workspace_id)
+                    .order_by(ActivityEvent.id)
+                    .offset(int(retained) - keep - 1)
+                    .limit(1)
+                )
+            ).scalar_one_or_none()
+            if last is not None:
+                through[str(workspace_id)] = max(through.get(str(workspace_id), 0), int(last))
         deleted = 0
-        oldest = (await self._db.execute(select(func.min(ActivityEvent.id)))).scalar_one()
-        start = int(oldest)
-        while start <= through:
-            stop = min(through, start + _PRUNE_CHUNK - 1)
-            result = await self._db.execute(
-                delete(ActivityEvent).where(ActivityEvent.id >= start, ActivityEvent.id <= stop)
+        ordered = sorted(through.items())
+        for start in range(0, len(ordered), _WORKSPACE_BATCH):
+            deleted += await self._delete_through(
+                postgres, ordered[start : start + _WORKSPACE_BATCH]
             )
-            deleted += int(getattr(result, "rowcount", 0) or 0)
-            start = stop + 1
         return deleted
+
+    async def _age_bounds(self, older_than_unix_ms: int, head: int) -> dict[str, int]:
+        """Per workspace, its newest event created before the cutoff that is not its newest.
+
+        Reads the events older than the cutoff through ``ix_activity_events_created_at_unix_ms``
+        and probes ``(workspace_id, id)`` for a newer event of the same workspace.
+        """
+        # Materialized, so SQLite reads the old events through the created_at index instead of
+        # walking (workspace_id, id) for the GROUP BY order.
+        old = (
+            select(ActivityEvent.workspace_id, ActivityEvent.id)
+            .where(ActivityEvent.created_at_unix_ms < older_than_unix_ms, ActivityEvent.id <= head)
+            .cte("old_events")
+            .prefix_with("MATERIALIZED")
+        )
+        newer = aliased(ActivityEvent)
+        rows = await self._db.execute(
+            select(old.c.workspace_id, func.max(old.c.id))
+            .where(exists().where(newer.workspace_id == old.c.workspace_id, newer.id > old.c.id))
+            .group_by(old.c.workspace_id)
+        )
+        return {str(workspace_id): int(last) for workspace_id, last in rows}
+
+    async def _delete_through(self, postgres: bool, bounds: Sequence[tuple[str, int]]) -> int:
+        """Delete each workspace's events up to its bound; record the bound and the new count.
+
+        Two statements whatever the number of workspaces: the bookkeeping ``UPDATE ... FROM``
+        (each workspace's lost events counted through ``(workspace_id, id)``), then the
+        ``DELETE``. The bounds travel as one parameter, so the statements are compiled once.
+        """
+        limits = _limits(postgres, bounds)
+        lost = (
+            select(func.count())
+            .select_from(ActivityEvent)
+            .where(
+                ActivityEvent.workspace_id == _RETENTION_TABLE.c.workspace_id,
+                ActivityEvent.id <= limits.c.through_id,
+            )
+            .scalar_subquery()
+        )
+        await self._db.execute(
+            update(_RETENTION_TABLE)
+            .where(_RETENTION_TABLE.c.workspace_id == limits.c.workspace_id)
+            .values(
+                retained_count=_RETENTION_TABLE.c.retained_count - lost,
+                pruned_through_event_id=limits.c.through_id,
+            )
+        )
+        if postgres:
+            # DELETE ... USING: one index range per workspace.
+            statement = delete(_EVENTS_TABLE).where(
+                _EVENTS_TABLE.c.workspace_id == limits.c.workspace_id,
+                _EVENTS_TABLE.c.id <= limits.c.through_id,
+            )
+        else:
+            doomed = _EVENTS_TABLE.alias("doomed")
+            statement = delete(_EVENTS_TABLE).where(
+                _EVENTS_TABLE.c.id.in_(
+                    select(doomed.c.id).join(
+                        limits,
+                        and_(
+                            doomed.c.workspace_id == limits.c.workspace_id,
+                            doomed.c.id <= limits.c.through_id,
+                        ),
+                    )
+                )
+            )
+        result = await self._db.execute(statement)
+        return int(getattr(result, "rowcount", 0) or 0)
+
+
+def _limits(postgres: bool, bounds: Sequence[tuple[str, int]]) -> Any:
+    """``(workspace_id, through_id)`` rows from one parameter (a statement compiled once).
+
+    Postgres: ``unnest`` of a ``text[]`` and a ``bigint[]``; SQLite: ``json_each`` of a JSON
+    array of pairs.
+    """
+    if postgres:
+        return (
+            func.unnest(
+                literal([ws for ws, _ in bounds], postgresql.ARRAY(Text())),
+                literal([through for _, through in bounds], postgresql.ARRAY(BigInteger())),
+            )
+            .table_valued(column("workspace_id", Text()), column("through_id", BigInteger()))
+            .render_derived(name="limits")
+        )
+    pairs = func.json_each(
+        literal(json.dumps([list(pair) for pair in bounds]), Text())
+    ).table_valued("value")
+    return (
+        select(
+            func.json_extract(pairs.c.value, "$[0]").label("workspace_id"),
+            func.json_extract(pairs.c.value, "$[1]").label("through_id"),
+        )
+        .select_from(pairs)
+        .subquery("limits")  # not a CTE: sqlite3 reports no rowcount for a statement with WITH
+    )
+
+
+def _count_appended(postgres: bool, after_id: int, through_id: int) -> Executable:
+    """Add the events with ``after_id < id <= through_id`` to their workspaces' counts.
+
+    One ``INSERT ... SELECT ... GROUP BY ... ON CONFLICT DO UPDATE`` over the id range (the
+    primary key). Appends commit in id order (:data:`EVENT_APPEND_LOCK`), so no event with an
+    id up to ``through_id`` can commit after this statement saw ``through_id``.
+    """
+    insert_into = postgresql.insert if postgres else sqlite.insert
+    statement = insert_into(_Retention).from_select(
+        ["workspace_id", "pruned_through_event_id", "counted_through_event_id", "retained_count"],
+        select(
+            ActivityEvent.workspace_id,
+            literal(0, BigInteger()),
+            literal(through_id, BigInteger()),
+            func.count(),
+        )
+        .where(ActivityEvent.id > after_id, ActivityEvent.id <= through_id)
+        .group_by(ActivityEvent.workspace_id),
+    )
+    return statement.on_conflict_do_update(
+        index_elements=[_Retention.workspace_id],
+        set_={
+            "retained_count": _Retention.retained_count + statement.excluded.retained_count,
+            "counted_through_event_id": statement.excluded.counted_through_event_id,
+        },
+    )
