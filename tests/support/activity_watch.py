@@ -76,13 +76,15 @@ class Watcher:
         return [e for e in self.events if e.WhichOneof("event") != "message_delta"]
 
     def wait_done(self, timeout: float = 30) -> None:
-        """Wait for the stream to end (after an error)."""
+        """Wait for the stream to end (after an error); fail if it does not."""
         self._thread.join(timeout)
+        assert not self._thread.is_alive(), "the stream did not end"
 
     def cancel(self) -> None:
-        """Stop watching."""
+        """Stop watching; fail if the stream does not end."""
         self._call.cancel()
         self._thread.join(timeout=10)
+        assert not self._thread.is_alive(), "the stream did not end after cancel"
 
 
 def kind(event: activity_pb2.ActivityEvent) -> str:
