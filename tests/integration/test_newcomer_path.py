@@ -10,13 +10,10 @@ import json
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,74 +25,12 @@ from google.protobuf.message import Message
 
 from conformance.runner import import_all_contracts
 from tests.support.readme import GrpcurlExample, grpcurl_examples, shell_blocks, shell_commands
+from tests.support.suite_process import SuiteProcess, running_suite
 from tutti.suite import COMPANIONS, SUITE
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class _Suite:
-    """One ``tutti up`` process; its output read by one thread, every wait bounded."""
-
-    def __init__(self, command: Sequence[str], env: dict[str, str], cwd: Path) -> None:
-        self.process = subprocess.Popen(
-            command,
-            env=env,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in iter(self.process.stdout.readline, ""):
-            self.lines.append(line)
-
-    @property
-    def output(self) -> str:
-        return "".join(self.lines)
-
-    def wait_ready(self, timeout: float = 90.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any(line.startswith("suite ready") for line in self.lines):
-                return
-            if self.process.poll() is not None and not self._reader.is_alive():
-                break
-            time.sleep(0.05)
-        raise AssertionError(f"tutti up did not become ready:\n{self.output}")
-
-    def stop(self, timeout: float = 60.0) -> int:
-        """SIGTERM, as a service manager would; the exit code."""
-        self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout=timeout)
-
-    def close(self) -> None:
-        """Kill what is left (the whole process group), then release the pipe."""
-        if self.process.poll() is None:
-            with suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
-        self._reader.join(timeout=10)  # EOF once every writer is gone
-        assert self.process.stdout is not None
-        if not self._reader.is_alive():
-            self.process.stdout.close()
-
-
-@contextmanager
-def _running(command: Sequence[str], env: dict[str, str], cwd: Path) -> Iterator[_Suite]:
-    suite = _Suite(command, env, cwd)
-    try:
-        yield suite
-    finally:
-        suite.close()
 
 
 def _fresh_env(home: Path, **extra: str) -> dict[str, str]:
@@ -124,7 +59,7 @@ def _tutti(*args: str, env: dict[str, str], cwd: Path = ROOT) -> subprocess.Comp
 class _ScriptsUp:
     """A suite started the way ``./scripts/up`` starts it, in a fresh clone's directory."""
 
-    suite: _Suite
+    suite: SuiteProcess
     home: Path
     work: Path
 
@@ -146,7 +81,7 @@ def scripts_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_ScriptsUp]
     # What ./scripts/up runs: a data directory that is not the CLI's default one.
     env = _fresh_env(home, TUTTI_DEMO_STEP_DELAY_SECONDS="0.01")
     command = [sys.executable, "-m", "tutti", "up", "--data-dir", ".data", "--base-port", "0"]
-    with _running(command, env, work) as suite:
+    with running_suite(Path(".data"), env=env, cwd=work, command=command) as suite:
         suite.wait_ready()
         yield _ScriptsUp(suite, home, work)
 
@@ -292,7 +227,7 @@ def test_the_readme_conformance_commands_pass_against_tutti_up(tmp_path: Path) -
     assert len(tokens.read_text().split()) == 4
 
     up_command = ["/bin/bash", "-c", f"exec {local(up)} --base-port 0"]
-    with _running(up_command, env, ROOT) as suite:
+    with running_suite(data, env=env, cwd=ROOT, command=up_command) as suite:
         suite.wait_ready()
         port = (data / "run" / "maintenance.port").read_text().strip()
         command = local(run).replace("127.0.0.1:50054", f"127.0.0.1:{port}")

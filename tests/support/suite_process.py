@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 from tutti.suite import COMPANIONS, SUITE
 
@@ -42,9 +43,13 @@ class SuiteProcess:
     Args:
         data_dir: its data directory.
         args: extra ``tutti up`` arguments.
-        env: extra environment (``TUTTI_*`` of the test process are not inherited).
+        env: extra environment (``TUTTI_*`` of the test process are not inherited; HOME is
+            private unless given here).
         ignore_sigint: start it with SIGINT ignored, as a background job of a
             non-interactive shell is.
+        cwd: its working directory (a relative ``data_dir`` is relative to it).
+        command: run this instead of ``tutti up --data-dir DATA_DIR --base-port 0 ARGS``
+            (a documented command line); it must start ``tutti up`` on ``data_dir``.
     """
 
     def __init__(
@@ -54,31 +59,35 @@ class SuiteProcess:
         args: Sequence[str] = (),
         env: dict[str, str] | None = None,
         ignore_sigint: bool = False,
+        cwd: Path | None = None,
+        command: Sequence[str] | None = None,
     ) -> None:
-        self.data_dir = data_dir
+        self.data_dir = data_dir if cwd is None or data_dir.is_absolute() else cwd / data_dir
         base = {k: v for k, v in os.environ.items() if not k.startswith("TUTTI_")}
         base.setdefault("TUTTI_LOG_FORMAT", "text")
         # A private HOME: the per-user running-suite record (tutti/suite_record.py) of a
         # test suite must not be found by a CLI the developer runs meanwhile.
-        base["HOME"] = str(data_dir.parent / f"{data_dir.name}-home")
+        base["HOME"] = str(self.data_dir.parent / f"{self.data_dir.name}-home")
         base.update(env or {})
-        command = [
-            sys.executable,
-            "-m",
-            "tutti",
-            "up",
-            "--data-dir",
-            str(data_dir),
-            "--base-port",
-            "0",
-            *args,
-        ]
+        if command is None:
+            command = [
+                sys.executable,
+                "-m",
+                "tutti",
+                "up",
+                "--data-dir",
+                str(data_dir),
+                "--base-port",
+                "0",
+                *args,
+            ]
         if ignore_sigint:
             # `trap "" INT` sets SIG_IGN, which exec passes on, exactly like `cmd &` in a script.
             command = ["/bin/sh", "-c", 'trap "" INT; exec "$@"', "sh", *command]
         self.process = subprocess.Popen(
-            command,
+            list(command),
             env=base,
+            cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -135,6 +144,11 @@ class SuiteProcess:
         """Send ``signum`` to the supervisor alone (not its process group)."""
         self.process.send_signal(signum)
 
+    def stop(self, timeout: float = 60.0) -> int:
+        """SIGTERM, as a service manager would; the exit code."""
+        self.signal(signal.SIGTERM)
+        return self.wait_exit(timeout)
+
     def wait_exit(self, timeout: float) -> int:
         """The supervisor's exit code; raises ``subprocess.TimeoutExpired`` past ``timeout``."""
         return self.process.wait(timeout=timeout)
@@ -159,9 +173,9 @@ class SuiteProcess:
 
 
 @contextmanager
-def running_suite(data_dir: Path, **options: object) -> Iterator[SuiteProcess]:
+def running_suite(data_dir: Path, **options: Any) -> Iterator[SuiteProcess]:
     """Start ``tutti up`` (see :class:`SuiteProcess`), yield it, always clean up."""
-    suite = SuiteProcess(data_dir, **options)  # type: ignore[arg-type]
+    suite = SuiteProcess(data_dir, **options)
     try:
         yield suite
     finally:
