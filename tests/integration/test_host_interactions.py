@@ -165,7 +165,8 @@ def test_a_response_waits_for_the_runtime_disposition(
     worker = threading.Thread(target=answer)
     worker.start()
     done = _respond(host, turn_id, "k1", wait_timeout_ms=5000)
-    worker.join()
+    worker.join(timeout=30)
+    assert not worker.is_alive(), "the scripted runtime did not finish answering"
     assert done.operation.status == host_pb2.INTERACTION_RESPONSE_OPERATION_STATUS_COMPLETED
     assert done.operation.disposition == canonical_pb2.INTERACTION_STATUS_ANSWERED
     assert done.operation.dispatch_attempts == 1
