@@ -1,14 +1,19 @@
 """Crash safety of purge and batch delete: a real host process killed with SIGKILL.
 
-A purge removes each tree in its own transaction and a batch delete tombstones its whole
-closure in one, so after a kill at any moment and a restart every tree is either fully
-present or fully gone, and no component has mixed generations (HOST-DEL-1, HOST-DEL-3,
-HOST-DEL-9).
+A purge removes whole trees per transaction and a batch delete tombstones its whole closure
+in one, so after a kill at any moment and a restart every tree is either fully present or
+fully gone, and no component has mixed generations (HOST-DEL-1, HOST-DEL-3, HOST-DEL-9).
+
+The kill is not timed: the host runs under ``tests.support.paused_host``, which holds one
+chosen write transaction open right before its commit and reports what that transaction
+and the committed store contain. The test kills the host only after that report, so the kill
+provably lands inside the transaction, and then checks that none of it committed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -39,7 +44,13 @@ def engine(sync_engine: Engine) -> Engine:
     return sync_engine
 
 
-def _start(tmp_path: Path, url: str) -> tuple[subprocess.Popen[bytes], str]:
+PAUSE_FILE = "paused.json"
+
+
+def _start(
+    tmp_path: Path, url: str, *, pause_in: tuple[str, int] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start a host; ``pause_in=(module, n)`` holds that module's n-th write transaction open."""
     tokens = write_admin_token_file(tmp_path / "tokens.yaml", TOKEN)
     port_file = tmp_path / "port"
     port_file.unlink(missing_ok=True)
@@ -52,16 +63,14 @@ def _start(tmp_path: Path, url: str) -> tuple[subprocess.Popen[bytes], str]:
         TUTTI_LOG_FORMAT="text",
         TUTTI_REFLECTION="false",
     )
+    if pause_in is None:
+        entry = ["-c", "from tutti.cli import main; main()"]
+    else:
+        module, ordinal = pause_in
+        pause = ["tests.support.paused_host", str(tmp_path / PAUSE_FILE), module, str(ordinal)]
+        entry = ["-m", *pause]
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from tutti.cli import main; main()",
-            "serve",
-            "host",
-            "--port-file",
-            str(port_file),
-        ],
+        [sys.executable, *entry, "serve", "host", "--port-file", str(port_file)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -130,6 +139,36 @@ def _call_in_background(address: str, method: str, request: object) -> threading
     return thread
 
 
+def _wait_paused(tmp_path: Path, process: subprocess.Popen[bytes]) -> dict[str, dict[str, int]]:
+    """Block until the chosen transaction is held open; its counts (inside and committed)."""
+    signal_file = tmp_path / PAUSE_FILE
+    deadline = time.monotonic() + 60
+    while not signal_file.exists():
+        assert process.poll() is None, "the host exited before the transaction paused"
+        assert time.monotonic() < deadline, "the transaction never paused"
+        time.sleep(0.01)
+    report: dict[str, dict[str, int]] = json.loads(signal_file.read_text())
+    return report
+
+
+def _counts(engine: Engine) -> dict[str, int]:
+    """The same counts as ``paused_host`` reports, of the committed store."""
+    trees = _trees(engine)
+    return {
+        "sessions": sum(len(members) for members in trees.values()),
+        "trees": len(trees),
+        "tombstoned": sum(m[0] is not None for members in trees.values() for m in members),
+        "cleanup_rows": _cleanup_rows(engine),
+    }
+
+
+def _cleanup_rows(engine: Engine) -> int:
+    with engine.connect() as connection:
+        return int(
+            connection.execute(select(func.count()).select_from(ResourceCleanupOutbox)).scalar_one()
+        )
+
+
 def _kill(process: subprocess.Popen[bytes]) -> None:
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=10)
@@ -156,26 +195,23 @@ def test_a_purge_killed_midway_leaves_every_tree_whole_or_gone(
     tmp_path: Path, migrated_db_url: str, engine: Engine
 ) -> None:
     _seed(engine, deleted=True)
-    process, address = _start(tmp_path, migrated_db_url)
+    # The purge's second write transaction is held open: the first one has committed.
+    process, address = _start(tmp_path, migrated_db_url, pause_in=("services.host.purge", 2))
     try:
         _call_in_background(
             address,
             "PurgeDeletedSessions",
             host_pb2.PurgeDeletedSessionsRequest(cutoff_unix_ms=10_000, max_trees=TREES),
         )
-        deadline = time.monotonic() + 30
-        while True:  # kill once the purge has committed some trees, before it finishes
-            with engine.connect() as connection:
-                done = connection.execute(
-                    select(func.count()).select_from(ResourceCleanupOutbox)
-                ).scalar_one()
-            if done >= PER_TREE * 5 or time.monotonic() > deadline:
-                break
-            time.sleep(0.01)
+        paused = _wait_paused(tmp_path, process)
     finally:
         _kill(process)
+    committed, inside = paused["committed"], paused["inside"]
+    assert committed["cleanup_rows"] > 0, "the first transaction committed trees"
+    assert inside["trees"] < committed["trees"] < TREES, "the paused one removed more"
+    # Killed inside the second transaction: exactly what the first committed remains.
+    assert _counts(engine) == committed
     trees = _trees(engine)
-    assert 0 < len(trees) < TREES, "the kill did not land in the middle of the purge"
     for root, members in trees.items():
         assert len(members) == PER_TREE, root
         assert set(members) == {(500, f"g-{root}", PER_TREE)}
@@ -195,18 +231,23 @@ def test_a_batch_delete_killed_midway_is_all_or_nothing(
     tmp_path: Path, migrated_db_url: str, engine: Engine
 ) -> None:
     _seed(engine, deleted=False)
-    process, address = _start(tmp_path, migrated_db_url)
+    # DeleteSessions' write transaction (its only one) is held open just before its commit.
+    process, address = _start(tmp_path, migrated_db_url, pause_in=("services.host.deletion", 1))
     try:
-        thread = _call_in_background(
+        _call_in_background(
             address,
             "DeleteSessions",
             host_pb2.DeleteSessionsRequest(
                 workspace_id="ws-1", session_ids=[f"t{tree:04d}" for tree in range(TREES)]
             ),
         )
-        thread.join(timeout=0.4)
+        paused = _wait_paused(tmp_path, process)
     finally:
         _kill(process)
+    # Inside, the transaction had tombstoned every member; nothing of it was committed.
+    assert paused["inside"]["tombstoned"] == TREES * PER_TREE
+    assert paused["committed"]["tombstoned"] == 0
+    assert _counts(engine) == paused["committed"]
     trees = _trees(engine)
     assert len(trees) == TREES
     states = {members[0][0] is None for members in trees.values()}

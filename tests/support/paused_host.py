@@ -1,0 +1,117 @@
+"""``tutti serve host`` with one write transaction held open just before its commit.
+
+Run as ``python -m tests.support.paused_host SIGNAL_FILE MODULE ORDINAL <tutti arguments>``
+(for example ``... services.host.deletion 1 serve host --port-file PORT``). Crash tests use it
+to SIGKILL a Host *inside* a transaction instead of guessing when one is open.
+
+The hook is installed by this test-only entry point, not by production code: it replaces
+``deletion_runner`` in ``MODULE`` (``services.host.deletion`` for ``DeleteSessions``,
+``services.host.purge`` for the purge) with a runner that counts that module's write
+transactions. When the command body of the ``ORDINAL``-th one has returned, it enlists one
+more participant (``store.transactions.UnitOfWork.enlist``), which runs inside the open
+transaction, after every write of the body and of the participants the body enlisted:
+
+1. it counts sessions, tombstones and cleanup-outbox rows twice — through the transaction
+   itself (its own uncommitted writes included) and through a separate connection (only what
+   is committed);
+2. it writes both counts to ``SIGNAL_FILE`` as JSON ``{"inside": {...}, "committed": {...}}``
+   (written to a temporary name and renamed, so a reader never sees half of it);
+3. it blocks forever, so the transaction never commits: the parent, having read the file,
+   kills the process while the transaction is provably open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import distinct, func, select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+
+from services.host.repository.deletion_scope import DeletionScope
+from store.models import ResourceCleanupOutbox, Session
+from store.transactions import TransactionParticipant, TransactionRunner
+
+Counts = dict[str, int]
+ResultT = TypeVar("ResultT")
+
+
+async def counts(reader: AsyncSession | AsyncConnection) -> Counts:
+    """Sessions, distinct trees, tombstoned Sessions and cleanup rows as ``reader`` sees them."""
+
+    async def scalar(statement: Any) -> int:
+        return int((await reader.execute(statement)).scalar_one())
+
+    return {
+        "sessions": await scalar(select(func.count()).select_from(Session)),
+        "trees": await scalar(select(func.count(distinct(Session.root_session_id)))),
+        "tombstoned": await scalar(
+            select(func.count()).select_from(Session).where(Session.deleted_at_unix_ms.is_not(None))
+        ),
+        "cleanup_rows": await scalar(select(func.count()).select_from(ResourceCleanupOutbox)),
+    }
+
+
+class PausingRunner(TransactionRunner[DeletionScope]):
+    """A deletion runner whose ``ordinal``-th write transaction (of the module) never commits."""
+
+    written = 0
+    """Write transactions started through this module's runners so far (process-wide)."""
+
+    def __init__(self, engine: AsyncEngine, signal_file: Path, ordinal: int) -> None:
+        super().__init__(engine, scope=DeletionScope)
+        self._signal_file = signal_file
+        self._ordinal = ordinal
+
+    async def run(
+        self,
+        command: Callable[[DeletionScope], Awaitable[ResultT]],
+        *,
+        participants: Sequence[TransactionParticipant] = (),
+        write: bool = True,
+    ) -> ResultT:
+        if not write:
+            return await super().run(command, participants=participants, write=False)
+        PausingRunner.written += 1
+        if PausingRunner.written != self._ordinal:
+            return await super().run(command, participants=participants)
+
+        async def paused(scope: DeletionScope) -> ResultT:
+            result = await command(scope)
+            scope.uow.enlist(self._hold_open)  # after everything the body enlisted
+            return result
+
+        return await super().run(paused, participants=participants)
+
+    async def _hold_open(self, session: AsyncSession) -> None:
+        inside = await counts(session)
+        async with self._engine.connect() as other:
+            committed = await counts(other)
+        tmp = self._signal_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"inside": inside, "committed": committed}))
+        tmp.replace(self._signal_file)
+        await asyncio.Event().wait()  # never set: the transaction stays open until the kill
+
+
+def main() -> None:
+    """Install the pause in ``argv[2]``, then run the tutti CLI with the remaining arguments."""
+    signal_file, module_name, ordinal, *cli_args = sys.argv[1:]
+    module = importlib.import_module(module_name)
+
+    def deletion_runner(engine: AsyncEngine) -> TransactionRunner[DeletionScope]:
+        return PausingRunner(engine, Path(signal_file), int(ordinal))
+
+    module.deletion_runner = deletion_runner  # type: ignore[attr-defined]
+    from tutti.cli import main as tutti_main
+
+    sys.argv = ["tutti", *cli_args]
+    tutti_main()
+
+
+if __name__ == "__main__":
+    main()
