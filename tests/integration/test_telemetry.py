@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
@@ -21,16 +23,31 @@ from tests.support.servers import write_admin_token_file
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+@contextmanager
+def _reserved_port() -> Iterator[int]:
+    """A port held for the whole block, for a server that can only be given a number.
+
+    The metrics endpoint takes a fixed port (0 disables it) and does not report one, so the
+    test cannot let it pick. Instead of binding, closing and hoping nobody takes the number
+    meanwhile, a socket stays bound to it (never listening) until the block ends: the kernel
+    hands a bound port to no other ``bind(0)`` or outgoing connection. Both sockets set
+    ``SO_REUSEADDR`` (Prometheus's HTTP server does), which on Linux lets the server bind
+    and listen on the port while this one, not listening, holds it.
+    """
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("0.0.0.0", 0))  # noqa: S104 - the address the metrics server binds
+        yield int(holder.getsockname()[1])
 
 
 @pytest.mark.spec("ARCH-4")
 def test_rpc_metrics_traces_and_json_logs(tmp_path: Path) -> None:
+    with _reserved_port() as metrics_port:
+        _check_metrics_traces_and_logs(tmp_path, metrics_port)
+
+
+def _check_metrics_traces_and_logs(tmp_path: Path, metrics_port: int) -> None:
     tokens = write_admin_token_file(tmp_path / "tokens.yaml", "secret")
-    metrics_port = _free_port()
     port_file = tmp_path / "port"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUTTI_")}
     env.update(
