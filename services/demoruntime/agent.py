@@ -12,6 +12,9 @@ For each started Turn it:
    anchored on the tool-call message;
 5. streams its reply as text deltas and settles the Turn with the full reply.
 
+``stop_turn`` and ``interrupt_turn`` cancel the Turn; ``release_session`` (Host deleted the
+Session) drops everything held for the Session. Every command is acknowledged ``ACCEPTED``.
+
 Deltas come from :class:`delta_normalizer.DeltaNormalizer` fed with cumulative snapshots, the
 way a real provider adapter would use it; the transport never diffs anything.
 """
@@ -80,12 +83,17 @@ class DemoAgent:
         self._send = send
         self._delay = step_delay_seconds
         self._turns: dict[str, asyncio.Task[None]] = {}
+        self._turn_sessions: dict[str, tuple[str, str]] = {}
         self._answers: dict[tuple[str, str], asyncio.Future[_Answer]] = {}
 
     # ------------------------------------------------------------------ commands
 
     def handle(self, command: runtime_pb2.RuntimeCommand) -> None:
-        """Acknowledge a command and act on it."""
+        """Acknowledge a command (``ACCEPTED``) and act on it.
+
+        ``release_session`` drops the Session's state; a release of a Session it holds nothing
+        for (already settled, or a runtime restarted since) is accepted all the same.
+        """
         kind = command.WhichOneof("command")
         self._ack(command.command_id)
         if kind == "start_turn":
@@ -93,6 +101,7 @@ class DemoAgent:
             if turn_id not in self._turns:
                 task = asyncio.create_task(self._run_turn(command))
                 self._turns[turn_id] = task
+                self._turn_sessions[turn_id] = (command.workspace_id, command.session_id)
                 task.add_done_callback(self._forget_turn(turn_id))
         elif kind == "deliver_interaction_response":
             answer = command.deliver_interaction_response
@@ -111,10 +120,33 @@ class DemoAgent:
             running = self._turns.get(turn_id)
             if running is not None:
                 running.cancel()  # Host already settled it: report nothing more
+        elif kind == "release_session":
+            self.release(command.workspace_id, command.session_id)
+
+    def release(self, workspace_id: str, session_id: str) -> None:
+        """Drop everything held for one Session (``ReleaseSessionCommand``).
+
+        Its running Turns are cancelled and the answers they wait for dropped, so nothing more
+        is reported for it.
+        """
+        key = (workspace_id, session_id)
+        for turn_id, owner in list(self._turn_sessions.items()):
+            if owner != key:
+                continue
+            running = self._turns.get(turn_id)
+            if running is not None:
+                running.cancel()
+            for answer_key in [k for k in self._answers if k[0] == turn_id]:
+                self._answers.pop(answer_key).cancel()
+
+    def holds(self, workspace_id: str, session_id: str) -> bool:
+        """Whether any state of the Session is held (a running Turn or an awaited answer)."""
+        return any(owner == (workspace_id, session_id) for owner in self._turn_sessions.values())
 
     def _forget_turn(self, turn_id: str) -> Callable[[asyncio.Task[None]], None]:
         def forget(_task: asyncio.Task[None]) -> None:
             self._turns.pop(turn_id, None)
+            self._turn_sessions.pop(turn_id, None)
 
         return forget
 

@@ -12,7 +12,8 @@
    recomputed; any difference is ``ABORTED STALE_DELETE_PLAN`` (a retry re-plans). Then the
    work that cannot become live again is terminalized — active Turns ``interrupted`` (with an
    ``interrupt_turn`` command to a connected runtime through the outbox), open Interactions
-   ``superseded``, unacknowledged runtime commands and pending Host operations settled — and
+   ``superseded``, unacknowledged runtime commands and pending Host operations settled, and a
+   ``release_session`` command written for every deleted Session that ran (ADR 0016 §14) — and
    every component gets one fresh generation, one ``deleted_at`` and its size, without
    touching ``updated_at`` or placement. One durable ``session_deleted`` event row per newly
    deleted Session is written in the same transaction by the activity log (HOST-DEL-6;
@@ -37,6 +38,7 @@ from services.host.sessions import session_not_found, validate_session_id
 
 __all__ = [
     "MAX_DELETE_IDS",
+    "RELEASE_REASON_SESSION_DELETED",
     "DeletePlan",
     "DeletedMember",
     "DeletionResult",
@@ -49,6 +51,8 @@ __all__ = [
 ]
 
 MAX_DELETE_IDS = 1000
+RELEASE_REASON_SESSION_DELETED = "session_deleted"
+"""``ReleaseSessionCommand.reason`` of the release a delete sends for each Session that ran."""
 STALE_PLAN_RETRY_SECONDS = 0.1
 """RetryInfo of ``STALE_DELETE_PLAN``: the closure changed; re-planning is immediate."""
 
@@ -368,6 +372,16 @@ async def commit_plan(ctx: HostContext, plan: DeletePlan) -> DeletionResult:
                     "interrupt_turn",
                     {"turnId": turn_id, "reason": "INTERRUPT_REASON_SESSION_DELETED"},
                 )
+        # The runtime drops the provider session of every deleted Session that ran (after
+        # its interrupt, which is older in the outbox); restore withdraws an undelivered one.
+        await runtime_commands.enqueue_many(
+            scope.activity,
+            ctx,
+            await scope.deletion.runtime_sessions(workspace_id, newly),
+            "release_session",
+            {"reason": RELEASE_REASON_SESSION_DELETED},
+            now=now,
+        )
         turns, _ = await scope.deletion.open_interaction_turns(workspace_id, newly)
         for session_id, turn_id in turns:
             turn = await scope.activity.turns.get(workspace_id, session_id, turn_id)

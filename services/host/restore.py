@@ -7,7 +7,9 @@ persisted ``rail_section_key`` only. Each item carries the restorable verdict of
 
 ``RestoreDeletedSession`` clears the tombstone of exactly one complete component in one
 transaction and writes one ``session_restored`` event row per member. It never starts or
-resumes a runtime: a restored Session resumes only on a later user action.
+resumes a runtime: a restored Session resumes only on a later user action (its next
+``start_turn`` carries the stored provider resume identity). The same transaction withdraws
+the members' ``release_session`` commands no runtime has acknowledged yet.
 """
 
 from __future__ import annotations
@@ -174,6 +176,9 @@ async def restore_deleted_session(
         generation = row.deletion_generation or ""
         members = list(verdict.members)
         await scope.deletion.clear_tombstones(workspace_id, members)
+        # A release the delete wrote but no runtime acknowledged yet must not drop the provider
+        # session of a Session that is live again (ADR 0016 §14).
+        await scope.deletion.withdraw_releases(workspace_id, members)
         for member in members:
             scope.deletion.note_restored(workspace_id, member, generation)
         return await scope.deletion.records(workspace_id, members)

@@ -14,11 +14,11 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from services.host.activity_store import ActivityRepositories, activity_runner
-from services.host.activity_store.runtime_commands import ACKNOWLEDGED
+from services.host.activity_store.runtime_commands import ACKNOWLEDGED, SessionRoute
 from services.host.context import HostContext
 from services.host.runtime_registry import CommandAck, OutboundCommand, RuntimeLinkHandle
 from store.models import RuntimeCommandOutbox, Session
@@ -75,6 +75,145 @@ def enqueue(
 
         repos.uow.enlist(dispatch_in_transaction)
     return command_id
+
+
+async def enqueue_many(
+    repos: ActivityRepositories,
+    ctx: HostContext,
+    routes: Sequence[SessionRoute],
+    kind: str,
+    payload: Mapping[str, Any],
+    *,
+    now: int | None = None,
+) -> list[str]:
+    """Write one command row per Session in the open transaction (set-based dispatch).
+
+    Like :func:`enqueue` for many Sessions at once (a delete's ``release_session`` for a
+    whole tree): the rows are inserted by one bulk statement, after the rows staged before
+    them, and one participant dispatches every Session a connected link serves with one read
+    of their pending rows, instead of one participant and one read per Session.
+
+    Args:
+        repos: The open transaction.
+        ctx: Host dependencies (clock, registry).
+        routes: The Sessions, one command each.
+        kind: The ``RuntimeCommand.command`` oneof field name.
+        payload: The proto3-JSON form of that field (the same for every Session).
+        now: The time of the causing fact (default: the clock).
+
+    Returns:
+        The new command ids, in ``routes`` order.
+    """
+    if not routes:
+        return []
+    if now is None:
+        now = ctx.clock()
+    encoded = json.dumps(dict(payload), separators=(",", ":"), sort_keys=True)
+    command_ids = [f"cmd-{uuid.uuid4()}" for _ in routes]
+    await repos.commands.insert_many(
+        [
+            {
+                "workspace_id": route.workspace_id,
+                "session_id": route.session_id,
+                "command_id": command_id,
+                "command_kind": kind,
+                "operation_id": None,
+                "payload_json": encoded,
+                "state": "pending",
+                "attempts": 0,
+                "next_attempt_at_unix_ms": now,
+                "created_at_unix_ms": now,
+                "updated_at_unix_ms": now,
+            }
+            for route, command_id in zip(routes, command_ids, strict=True)
+        ]
+    )
+    # Sessions already dispatched by this transaction (an enqueue() of theirs ran) are left
+    # to that participant, which reads all of their pending rows, these included.
+    fresh = [
+        route for route in routes if (route.workspace_id, route.session_id) not in repos.dispatching
+    ]
+    if fresh:
+        repos.dispatching.update((route.workspace_id, route.session_id) for route in fresh)
+
+        async def dispatch_in_transaction(_db: object) -> None:
+            await _dispatch_many_with_commit(repos, ctx, fresh)
+
+        repos.uow.enlist(dispatch_in_transaction)
+    return command_ids
+
+
+def _by_link(
+    ctx: HostContext, routes: Sequence[SessionRoute]
+) -> tuple[dict[RuntimeLinkHandle, list[SessionRoute]], list[SessionRoute]]:
+    served: dict[RuntimeLinkHandle, list[SessionRoute]] = {}
+    unserved: list[SessionRoute] = []
+    for route in routes:
+        link = ctx.runtimes.link_for(route.workspace_id, route.agent_target_id, route.provider)
+        if link is None:
+            unserved.append(route)
+        else:
+            served.setdefault(link, []).append(route)
+    return served, unserved
+
+
+async def _mark_routes(
+    repos: ActivityRepositories,
+    ctx: HostContext,
+    served: Mapping[RuntimeLinkHandle, Sequence[SessionRoute]],
+) -> list[tuple[RuntimeLinkHandle, OutboundCommand]]:
+    sends: list[tuple[RuntimeLinkHandle, OutboundCommand]] = []
+    for link, group in served.items():
+        by_workspace: dict[str, list[str]] = {}
+        for route in group:
+            by_workspace.setdefault(route.workspace_id, []).append(route.session_id)
+        for workspace_id, session_ids in by_workspace.items():
+            for row in await repos.commands.pending_of(workspace_id, session_ids):
+                sends.append((link, await _mark_dispatched(repos, ctx, row)))
+    return sends
+
+
+async def _dispatch_many_with_commit(
+    repos: ActivityRepositories, ctx: HostContext, routes: Sequence[SessionRoute]
+) -> None:
+    """:func:`_dispatch_with_commit` for many Sessions: one read per link and workspace."""
+    served, unserved = _by_link(ctx, routes)
+    sends = await _mark_routes(repos, ctx, served)
+    if sends:
+
+        async def send_after_commit() -> None:
+            for link, command in sends:
+                link.send(command)
+
+        repos.uow.after_commit(send_after_commit)
+    if unserved:
+
+        async def dispatch_after_commit() -> None:
+            await dispatch_routes(ctx, unserved)
+
+        repos.uow.after_commit(dispatch_after_commit)
+
+
+async def dispatch_routes(ctx: HostContext, routes: Sequence[SessionRoute]) -> int:
+    """Send these Sessions' pending commands to the links serving them now.
+
+    Checks the registry first, so Sessions no runtime serves cost no transaction (a link
+    that connects later receives the rows through :func:`resend_unacknowledged`).
+
+    Returns:
+        How many commands were handed to a link.
+    """
+    served, _ = _by_link(ctx, routes)
+    if not served:
+        return 0
+
+    async def run(repos: ActivityRepositories) -> list[tuple[RuntimeLinkHandle, OutboundCommand]]:
+        return await _mark_routes(repos, ctx, served)
+
+    sends = await activity_runner(ctx.database.engine).run(run)
+    for link, command in sends:
+        link.send(command)
+    return len(sends)
 
 
 async def _dispatch_with_commit(

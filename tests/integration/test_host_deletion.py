@@ -333,7 +333,10 @@ def test_restore_validates_the_component_and_starts_no_runtime(
             update(Session).where(Session.session_id == "g").values(component_size=3)
         )
     assert restore_rpc(host, "r") == ["r", "c", "g"]
-    assert commands(engine) == before  # nothing started or resumed
+    # Nothing started or resumed; the release of "g" (it ran) that no runtime received is
+    # withdrawn (ADR 0016 §14).
+    assert ("g", "release_session", "pending") in before
+    assert commands(engine) == [c for c in before if c[1] != "release_session"]
     code, reason, _, _ = error_of(lambda: restore_rpc(host, "r"))
     assert (code, reason) == (grpc.StatusCode.FAILED_PRECONDITION, "SESSION_NOT_DELETED")
 

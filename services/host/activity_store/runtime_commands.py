@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final
 
-from sqlalchemy import and_, delete, select
+from sqlalchemy import and_, delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from store.models import InteractionResponseOperation, RuntimeCommandOutbox
 
 UNACKNOWLEDGED = ("pending", "dispatched")
 ACKNOWLEDGED = ("completed", "failed")
+
+_SESSION_CHUNK: Final = 500
+"""Session ids per ``IN`` list when reading several Sessions' open commands."""
 
 PRUNE_BATCH: Final = 16
 """Most acknowledged rows one acknowledgement transaction deletes besides its own, so the
@@ -38,6 +43,16 @@ _SETTLED_OPERATION_ROWS: Final = (
 )
 
 
+@dataclass(frozen=True)
+class SessionRoute:
+    """A Session as command routing needs it: its key and what selects its runtime."""
+
+    workspace_id: str
+    session_id: str
+    agent_target_id: str | None
+    provider: str
+
+
 class RuntimeCommandRepository:
     """Reads and writes outbox rows."""
 
@@ -47,6 +62,16 @@ class RuntimeCommandRepository:
     def add(self, row: RuntimeCommandOutbox) -> None:
         """Stage a new command row."""
         self._db.add(row)
+
+    async def insert_many(self, rows: Sequence[dict[str, object]]) -> None:
+        """Insert many command rows at once (an ORM bulk ``INSERT``, no identity-map objects).
+
+        Rows staged with :meth:`add` are flushed first, so they keep their (earlier) ids and
+        the runtime receives the commands in the order they were written.
+        """
+        if rows:
+            await self._db.flush()
+            await self._db.execute(insert(RuntimeCommandOutbox), list(rows))
 
     async def delete(self, row: RuntimeCommandOutbox) -> None:
         """Delete an acknowledged row (the outbox keeps open work only)."""
@@ -98,3 +123,21 @@ class RuntimeCommandRepository:
             query = query.where(RuntimeCommandOutbox.session_id == session_id)
         query = query.order_by(RuntimeCommandOutbox.id)
         return list((await self._db.execute(query)).scalars().all())
+
+    async def pending_of(
+        self, workspace_id: str, session_ids: Sequence[str]
+    ) -> list[RuntimeCommandOutbox]:
+        """The ``pending`` commands of several Sessions of one workspace, oldest first.
+
+        Served by ``ix_runtime_command_outbox_session``, one ``IN`` list per 500 Sessions.
+        """
+        rows: list[RuntimeCommandOutbox] = []
+        for start in range(0, len(session_ids), _SESSION_CHUNK):
+            chunk = list(session_ids[start : start + _SESSION_CHUNK])
+            query = select(RuntimeCommandOutbox).where(
+                RuntimeCommandOutbox.workspace_id == workspace_id,
+                RuntimeCommandOutbox.session_id.in_(chunk),
+                RuntimeCommandOutbox.state == "pending",
+            )
+            rows.extend((await self._db.execute(query)).scalars().all())
+        return sorted(rows, key=lambda row: row.id)

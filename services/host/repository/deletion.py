@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from services.host import activity_log
+from services.host.activity_store.runtime_commands import SessionRoute
 from services.host.records import SessionRecord
 from services.host.repository.id_sets import IdSetStatements
 from services.host.repository.sessions import session_record
@@ -311,6 +312,62 @@ class DeletionRepository(IdSetStatements):
                 )
                 .values(state="failed", last_error="session_deleted", updated_at_unix_ms=now)
             )
+
+    async def runtime_sessions(
+        self, workspace_id: str, session_ids: Sequence[str]
+    ) -> list[SessionRoute]:
+        """The Sessions a runtime may hold a provider session for, in ``session_ids`` order.
+
+        A Session has one once it ran: it has a Turn (Host sent ``start_turn``, or the runtime
+        reported one), a stored provider resume identity, or a parent (child Sessions are
+        created by a runtime's report). A root Session that never ran was never started on a
+        runtime, so there is nothing to release.
+        """
+        has_turn = (
+            exists()
+            .where(Turn.workspace_id == Session.workspace_id, Turn.session_id == Session.session_id)
+            .correlate(Session)
+        )
+        found: dict[str, SessionRoute] = {}
+        for chunk in self._batches(session_ids):
+            rows = await self._db.execute(
+                select(Session.session_id, Session.agent_target_id, Session.provider).where(
+                    Session.workspace_id == workspace_id,
+                    self._among(Session.session_id, chunk),
+                    or_(
+                        Session.provider_resume_json.is_not(None),
+                        Session.parent_session_id.is_not(None),
+                        has_turn,
+                    ),
+                )
+            )
+            for session_id, agent_target_id, provider in rows:
+                found[str(session_id)] = SessionRoute(
+                    workspace_id,
+                    str(session_id),
+                    None if agent_target_id is None else str(agent_target_id),
+                    str(provider),
+                )
+        return [found[session_id] for session_id in session_ids if session_id in found]
+
+    async def withdraw_releases(self, workspace_id: str, session_ids: Sequence[str]) -> int:
+        """Delete the unacknowledged ``release_session`` commands of restored Sessions.
+
+        Returns:
+            How many commands were withdrawn.
+        """
+        withdrawn = 0
+        for chunk in self._batches(session_ids):
+            result = await self._db.execute(
+                delete(RuntimeCommandOutbox).where(
+                    RuntimeCommandOutbox.workspace_id == workspace_id,
+                    self._among(RuntimeCommandOutbox.session_id, chunk),
+                    RuntimeCommandOutbox.command_kind == "release_session",
+                    RuntimeCommandOutbox.state.in_(("pending", "dispatched")),
+                )
+            )
+            withdrawn += int(getattr(result, "rowcount", 0) or 0)
+        return withdrawn
 
     async def settle_host_operations(
         self, workspace_id: str, session_ids: Sequence[str], now: int
