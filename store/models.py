@@ -522,8 +522,9 @@ class RuntimeCommandOutbox(Base):
 
     A dispatcher sends ``pending`` rows (retrying with backoff, also after a restart) and marks
     them ``dispatched`` / ``completed`` / ``failed``. ``command_id`` makes dispatch idempotent.
-    An acknowledged row is deleted unless an open response operation may still re-dispatch it
-    (ADR 0013), so the table holds open work only.
+    An acknowledged row is deleted unless an open response operation may still re-dispatch it,
+    or it is a rejected ``apply_settings`` its waiter has not read yet (ADR 0013 §10, §11), so
+    the table holds open work only.
     """
 
     __tablename__ = "runtime_command_outbox"

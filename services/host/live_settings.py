@@ -11,8 +11,16 @@ the updates of one Session in lane order and never between a stop and its commit
 * otherwise an ``apply_settings`` command is written to the durable outbox and Host waits
   up to ``runtime_command_timeout_seconds`` for the runtime's acknowledgement:
   ``accepted`` is ``applied``; a rejection, a failure, a timeout or a link that closes is
-  ``failed`` with a message (reported, never hidden; the settings stay persisted and an
-  unacknowledged command is re-sent when the runtime reconnects).
+  ``failed`` with a message (reported, never hidden; the settings stay persisted and go out
+  with the next ``start_turn``).
+
+``failed`` is final for the command (ADR 0013 §11): before reporting it Host settles the
+outbox row in a transaction that races the acknowledgement fairly (both lock the row). If an
+acceptance committed first the report is ``applied`` after all; if a rejection did, ``failed``
+with its reason; otherwise the row is withdrawn, so the command is never re-sent — not on a
+reconnect, not with the Session's next dispatch — and a late acknowledgement is ignored. What
+Host cannot recall is a copy the runtime already received; the message says so when the
+command had been handed to the link.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from services.host import runtime_commands
 from services.host.activity_store import ActivityRepositories, activity_runner
 from services.host.context import HostContext
 from services.host.records import Capabilities, SessionSettingsValue
-from services.host.runtime_registry import CommandAck, LinkClosed, RuntimeLinkHandle
+from services.host.runtime_registry import CommandAck, RuntimeLinkHandle
 from services.host.runtime_settings import RuntimeSettingsOutcome, RuntimeSettingsStatus
 from services.host.submission import settings_to_json
 
@@ -81,21 +89,62 @@ class LinkedRuntimeSettings:
             return RuntimeSettingsOutcome(sent)
         link, command_id, ack = sent.link, sent.command_id, sent.ack
         timeout = ctx.runtime_command_timeout_seconds
+        # asyncio.wait, not wait_for: the future must survive the timeout undisturbed.
         try:
-            verdict = await asyncio.wait_for(ack, timeout)
-        except TimeoutError:
-            link.forget_ack(command_id)
+            done, _ = await asyncio.wait({ack}, timeout=timeout)
+        except asyncio.CancelledError:
+            link.forget_ack(command_id)  # the caller is gone; the command keeps its retry
+            raise
+        verdict: CommandAck | None = None
+        if done and not ack.cancelled() and ack.exception() is None:
+            verdict = ack.result()
+            if verdict.status == "accepted":
+                return RuntimeSettingsOutcome("applied")
+        if not done:
+            cause = f"the runtime did not acknowledge the settings within {timeout:g} s"
+        elif verdict is None:
+            cause = "the runtime disconnected before acknowledging the settings"
+        else:
+            detail = verdict.message or verdict.reason or verdict.status
+            cause = f"the runtime {verdict.status} the settings: {detail}"
+        link.forget_ack(command_id)  # a late acknowledgement is recorded, nobody waits for it
+        return await self._settle(link, command_id, cause, verdict)
+
+    async def _settle(
+        self,
+        link: RuntimeLinkHandle,
+        command_id: str,
+        cause: str,
+        verdict: CommandAck | None,
+    ) -> RuntimeSettingsOutcome:
+        """Make ``failed`` final: withdraw the command unless a verdict committed first."""
+
+        async def withdraw(repos: ActivityRepositories) -> runtime_commands.Withdrawal:
+            return await runtime_commands.withdraw_awaited(repos, command_id)
+
+        try:
+            settled = await activity_runner(self._ctx.database.engine).run(withdraw)
+        except Exception:  # noqa: BLE001 - the report must still be made, and be true
+            _log.exception("could not withdraw apply_settings %s", command_id)
             return RuntimeSettingsOutcome(
-                "failed", f"the runtime did not acknowledge the settings within {timeout:g} s"
+                "failed",
+                f"{cause}; Host could not withdraw the command, so the runtime may still "
+                "apply the settings later (they stay saved)",
             )
-        except LinkClosed:
-            return RuntimeSettingsOutcome(
-                "failed", "the runtime disconnected before acknowledging the settings"
-            )
-        if verdict.status == "accepted":
-            return RuntimeSettingsOutcome("applied")
-        detail = verdict.message or verdict.reason or verdict.status
-        _log.info("runtime %s refused settings: %s", link.identity.runtime_id, detail)
+        if settled.outcome == "accepted":
+            return RuntimeSettingsOutcome("applied")  # the acceptance won the race
+        if settled.outcome == "rejected":
+            if verdict is None or verdict.status != "rejected":
+                cause = f"the runtime rejected the settings: {settled.detail or 'rejected'}"
+            _log.info("runtime %s refused settings: %s", link.identity.runtime_id, cause)
+            return RuntimeSettingsOutcome("failed", f"{cause} (they stay saved)")
+        in_flight = (
+            "; a copy the runtime already received may still be applied"
+            if settled.in_flight
+            else ""
+        )
         return RuntimeSettingsOutcome(
-            "failed", f"the runtime {verdict.status} the settings: {detail}"
+            "failed",
+            f"{cause}; Host withdrew the command and will not send it again{in_flight} "
+            "(the settings stay saved and apply from the next Turn)",
         )

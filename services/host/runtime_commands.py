@@ -15,6 +15,7 @@ import json
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from services.host.activity_store import ActivityRepositories, activity_runner
@@ -242,11 +243,7 @@ async def _dispatch_with_commit(
 
         repos.uow.after_commit(dispatch_after_commit)
         return
-    rows = [
-        row
-        for row in await repos.commands.unacknowledged(workspace_id, session_id)
-        if row.state == "pending"
-    ]
+    rows = await repos.commands.pending_of(workspace_id, [session_id])
     commands = [await _mark_dispatched(repos, ctx, row) for row in rows]
 
     async def send_after_commit() -> None:
@@ -281,11 +278,7 @@ async def dispatch_session(ctx: HostContext, workspace_id: str, session_id: str)
         link = ctx.runtimes.link_for(workspace_id, session.agent_target_id, session.provider)
         if link is None:
             return []
-        rows = [
-            row
-            for row in await repos.commands.unacknowledged(workspace_id, session_id)
-            if row.state == "pending"
-        ]
+        rows = await repos.commands.pending_of(workspace_id, [session_id])
         return [(link, await _mark_dispatched(repos, ctx, row)) for row in rows]
 
     sent = await activity_runner(ctx.database.engine).run(run)
@@ -298,7 +291,7 @@ async def resend_unacknowledged(ctx: HostContext, link: RuntimeLinkHandle) -> in
     """Give a (re)connected link every unacknowledged command of the Sessions it serves."""
 
     async def run(repos: ActivityRepositories) -> list[OutboundCommand]:
-        commands: list[OutboundCommand] = []
+        served: list[int] = []
         sessions: dict[tuple[str, str], bool] = {}
         for row in await repos.commands.unacknowledged():
             key = (row.workspace_id, row.session_id)
@@ -308,8 +301,10 @@ async def resend_unacknowledged(ctx: HostContext, link: RuntimeLinkHandle) -> in
                     session.workspace_id, session.agent_target_id, session.provider
                 )
             if sessions[key]:
-                commands.append(await _mark_dispatched(repos, ctx, row))
-        return commands
+                served.append(row.id)
+        # Locked and re-checked: a row acknowledged or withdrawn meanwhile is not re-sent.
+        locked = await repos.commands.lock_open(served)
+        return [await _mark_dispatched(repos, ctx, row) for row in locked]
 
     commands = await activity_runner(ctx.database.engine).run(run)
     for command in commands:
@@ -343,10 +338,13 @@ async def record_ack(repos: ActivityRepositories, ctx: HostContext, ack: Command
     Retention: a completed or failed row is deleted at once, unless it delivers a response
     operation that has not completed — a runtime ``pending`` disposition may still put that
     row back to ``pending`` (HOST-INT-3). Such rows are deleted in bounded batches by later
-    acknowledgements once their operation completes. A repeated acknowledgement of a deleted
-    row finds nothing and is ignored, exactly like one of a completed row.
+    acknowledgements once their operation completes. A rejected ``apply_settings`` stays
+    ``failed`` until its waiter settles it (:func:`withdraw_awaited`). A repeated
+    acknowledgement of a deleted row finds nothing and is ignored, exactly like one of a
+    completed row. The row is read under its lock, so an acknowledgement and a withdrawal of
+    the same command serialize.
     """
-    row = await repos.commands.by_command_id(ack.command_id)
+    row = await repos.commands.by_command_id(ack.command_id, lock=True)
     if row is None:
         _log.info("acknowledgement for unknown command %s", ack.command_id)
         return
@@ -371,6 +369,47 @@ async def record_ack(repos: ActivityRepositories, ctx: HostContext, ack: Command
             operation.last_error = row.last_error
             operation.updated_at_unix_ms = now
     if row.state in ACKNOWLEDGED:
-        if operation is None or operation.state == "completed":
+        # A rejected apply_settings stays until its waiter settled it (withdraw_awaited): the
+        # row left behind is how the waiter tells a rejection from an acceptance it missed.
+        kept = row.command_kind == "apply_settings" and row.state == "failed"
+        if not kept and (operation is None or operation.state == "completed"):
             await repos.commands.delete(row)
         await repos.commands.prune_settled_operations()
+
+
+@dataclass(frozen=True)
+class Withdrawal:
+    """How an awaited command ended once its waiter gave up on the acknowledgement.
+
+    Attributes:
+        outcome: ``accepted`` (an acceptance committed first), ``rejected`` (a rejection
+            committed first) or ``withdrawn`` (no verdict: the row is deleted and the command
+            is never sent again).
+        in_flight: For ``withdrawn``: the command had been handed to a link and no verdict
+            came back, so a runtime may have received it.
+        detail: The runtime's reason of a rejection.
+    """
+
+    outcome: str
+    in_flight: bool = False
+    detail: str | None = None
+
+
+async def withdraw_awaited(repos: ActivityRepositories, command_id: str) -> Withdrawal:
+    """Settle an awaited command whose acknowledgement did not come in time (or the link closed).
+
+    Runs against a racing acknowledgement: both lock the row (Postgres) or hold the write lock
+    (SQLite), so exactly one commits first. An acceptance deletes the row, a rejection of an
+    ``apply_settings`` keeps it ``failed`` (:func:`record_ack`), so the row left behind says
+    which verdict won; an unacknowledged row is deleted here, and a later acknowledgement finds
+    nothing and is ignored. Only for commands without a response operation.
+    """
+    row = await repos.commands.by_command_id(command_id, lock=True)
+    if row is None:
+        return Withdrawal("accepted")
+    await repos.commands.delete(row)
+    if row.state == "completed":
+        return Withdrawal("accepted")
+    if row.state == "failed":
+        return Withdrawal("rejected", detail=row.last_error)
+    return Withdrawal("withdrawn", in_flight=row.state == "dispatched")

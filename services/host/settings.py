@@ -18,7 +18,8 @@ class Settings(ServerSettings):
 
     runtime_command_timeout_seconds: float = 10.0
     """How long Host waits for a runtime to acknowledge a command it awaits, for example
-    live settings (``TUTTI_RUNTIME_COMMAND_TIMEOUT_SECONDS``)."""
+    live settings; after it the command is withdrawn from the outbox (never sent again) and
+    reported failed (``TUTTI_RUNTIME_COMMAND_TIMEOUT_SECONDS``, ADR 0013 §11)."""
 
     activity_event_retention_seconds: float = 7 * 24 * 3600.0
     """Age bound of the activity event log, per workspace (default 7 days): the pruner removes

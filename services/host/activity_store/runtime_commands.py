@@ -100,12 +100,19 @@ class RuntimeCommandRepository:
         )
         return (await self._db.execute(query)).scalar_one_or_none()
 
-    async def by_command_id(self, command_id: str) -> RuntimeCommandOutbox | None:
+    async def by_command_id(
+        self, command_id: str, *, lock: bool = False
+    ) -> RuntimeCommandOutbox | None:
         """The command by id in any workspace (acks carry only the id; ids are unique UUIDs).
 
-        Served by ``ix_runtime_command_outbox_command``.
+        Served by ``ix_runtime_command_outbox_command``. ``lock`` takes the row lock on
+        Postgres (SQLite write transactions hold the database lock already), so an
+        acknowledgement and a withdrawal of the same command serialize, and the later one sees
+        what the earlier one committed.
         """
         query = select(RuntimeCommandOutbox).where(RuntimeCommandOutbox.command_id == command_id)
+        if lock:
+            query = query.with_for_update().execution_options(populate_existing=True)
         return (await self._db.execute(query)).scalars().first()
 
     async def unacknowledged(
@@ -114,7 +121,8 @@ class RuntimeCommandRepository:
         """Pending or dispatched commands, oldest first (optionally of one Session).
 
         One Session's rows are served by ``ix_runtime_command_outbox_session``; all open rows
-        by ``ix_runtime_command_outbox_due``.
+        by ``ix_runtime_command_outbox_due``. Unlocked: a dispatcher locks the rows it sends
+        with :meth:`lock_open` or reads them with :meth:`pending_of`.
         """
         query = select(RuntimeCommandOutbox).where(RuntimeCommandOutbox.state.in_(UNACKNOWLEDGED))
         if workspace_id is not None:
@@ -124,20 +132,49 @@ class RuntimeCommandRepository:
         query = query.order_by(RuntimeCommandOutbox.id)
         return list((await self._db.execute(query)).scalars().all())
 
+    async def lock_open(self, ids: Sequence[int]) -> list[RuntimeCommandOutbox]:
+        """These rows, locked, that are still unacknowledged (oldest first).
+
+        On Postgres the lock waits for a concurrent acknowledgement or withdrawal and the state
+        is re-checked after it, so a row deleted or settled meanwhile is not sent.
+        """
+        rows: list[RuntimeCommandOutbox] = []
+        for start in range(0, len(ids), _SESSION_CHUNK):
+            query = (
+                select(RuntimeCommandOutbox)
+                .where(
+                    RuntimeCommandOutbox.id.in_(list(ids[start : start + _SESSION_CHUNK])),
+                    RuntimeCommandOutbox.state.in_(UNACKNOWLEDGED),
+                )
+                .order_by(RuntimeCommandOutbox.id)
+                .with_for_update()
+                .execution_options(populate_existing=True)
+            )
+            rows.extend((await self._db.execute(query)).scalars().all())
+        return rows
+
     async def pending_of(
         self, workspace_id: str, session_ids: Sequence[str]
     ) -> list[RuntimeCommandOutbox]:
-        """The ``pending`` commands of several Sessions of one workspace, oldest first.
+        """The ``pending`` commands of Sessions of one workspace, locked, oldest first.
 
-        Served by ``ix_runtime_command_outbox_session``, one ``IN`` list per 500 Sessions.
+        Served by ``ix_runtime_command_outbox_session``, one ``IN`` list per 500 Sessions. The
+        rows are locked (Postgres) because the caller dispatches them: a concurrent
+        acknowledgement or withdrawal commits first, and its row is then not returned.
         """
         rows: list[RuntimeCommandOutbox] = []
         for start in range(0, len(session_ids), _SESSION_CHUNK):
             chunk = list(session_ids[start : start + _SESSION_CHUNK])
-            query = select(RuntimeCommandOutbox).where(
-                RuntimeCommandOutbox.workspace_id == workspace_id,
-                RuntimeCommandOutbox.session_id.in_(chunk),
-                RuntimeCommandOutbox.state == "pending",
+            query = (
+                select(RuntimeCommandOutbox)
+                .where(
+                    RuntimeCommandOutbox.workspace_id == workspace_id,
+                    RuntimeCommandOutbox.session_id.in_(chunk),
+                    RuntimeCommandOutbox.state == "pending",
+                )
+                .order_by(RuntimeCommandOutbox.id)
+                .with_for_update()
+                .execution_options(populate_existing=True)
             )
             rows.extend((await self._db.execute(query)).scalars().all())
         return sorted(rows, key=lambda row: row.id)
