@@ -160,21 +160,33 @@ class RuntimeCommandRepository:
 
         Served by ``ix_runtime_command_outbox_session``, one ``IN`` list per 500 Sessions. The
         rows are locked (Postgres) because the caller dispatches them: a concurrent
-        acknowledgement or withdrawal commits first, and its row is then not returned.
+        acknowledgement or withdrawal commits first, and its row is then not returned. One
+        Session's rows are read and locked by one statement; several Sessions' rows are found
+        first and then locked in id order (:meth:`lock_open`), the order every dispatcher
+        locks in, so two dispatchers never wait on each other in opposite order.
         """
-        rows: list[RuntimeCommandOutbox] = []
-        for start in range(0, len(session_ids), _SESSION_CHUNK):
-            chunk = list(session_ids[start : start + _SESSION_CHUNK])
+        pending = (RuntimeCommandOutbox.workspace_id == workspace_id) & (
+            RuntimeCommandOutbox.state == "pending"
+        )
+        if len(session_ids) == 1:
             query = (
                 select(RuntimeCommandOutbox)
-                .where(
-                    RuntimeCommandOutbox.workspace_id == workspace_id,
-                    RuntimeCommandOutbox.session_id.in_(chunk),
-                    RuntimeCommandOutbox.state == "pending",
-                )
+                .where(pending, RuntimeCommandOutbox.session_id == session_ids[0])
                 .order_by(RuntimeCommandOutbox.id)
                 .with_for_update()
                 .execution_options(populate_existing=True)
             )
-            rows.extend((await self._db.execute(query)).scalars().all())
-        return sorted(rows, key=lambda row: row.id)
+            return list((await self._db.execute(query)).scalars().all())
+        ids: list[int] = []
+        for start in range(0, len(session_ids), _SESSION_CHUNK):
+            chunk = list(session_ids[start : start + _SESSION_CHUNK])
+            ids.extend(
+                (
+                    await self._db.execute(
+                        select(RuntimeCommandOutbox.id).where(
+                            pending, RuntimeCommandOutbox.session_id.in_(chunk)
+                        )
+                    )
+                ).scalars()
+            )
+        return [row for row in await self.lock_open(sorted(ids)) if row.state == "pending"]
