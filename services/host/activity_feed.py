@@ -176,8 +176,28 @@ WatchItem = WatchReady | StoredEvent | WatchDelta
 async def _read(
     database: Database, workspace_id: str, after_id: int, up_to: int | None, limit: int
 ) -> list[StoredEvent]:
+    """Events after ``after_id``; ``OUT_OF_RANGE`` when a prune may have removed some of them.
+
+    The retention bound is read after the page: a prune that deleted events this read needed
+    committed its bound with the delete, so it is seen here (a prune after the page read is
+    seen too and costs only a resubscription). Without it a prune racing the catch-up would
+    drop events silently.
+    """
     async with AsyncSession(database.engine) as db:
-        return await EventReader(db).after(workspace_id, after_id, up_to=up_to, limit=limit)
+        reader = EventReader(db)
+        page = await reader.after(workspace_id, after_id, up_to=up_to, limit=limit)
+        pruned = await reader.pruned_through(workspace_id)
+    if pruned > after_id:
+        raise OutOfRange(
+            f"events after {after_id} were pruned while this stream read them; "
+            "reconcile and resubscribe without a cursor",
+            reason="EVENT_CURSOR_EXPIRED",
+            metadata={
+                "after_event_id": str(after_id),
+                "oldest_retained_event_id": str(pruned + 1),
+            },
+        )
+    return page
 
 
 async def _bounds(database: Database, workspace_id: str) -> LogBounds:

@@ -361,3 +361,34 @@ def test_over_the_wire_a_quiet_workspace_keeps_its_cursor_while_a_busy_one_is_pr
     assert busy.error is not None
     assert busy.error.code() == grpc.StatusCode.OUT_OF_RANGE
     assert error_reason(busy.error) == "EVENT_CURSOR_EXPIRED"
+
+
+@pytest.mark.spec("HOST-OBS-2")
+def test_a_prune_during_the_catch_up_ends_the_watch_out_of_range_instead_of_skipping(
+    migrated_db_url: str, sync_engine: Engine
+) -> None:
+    """The cursor was valid when checked; a prune then removes events the catch-up has not
+    read yet. The next page read sees the new bound and refuses instead of skipping them."""
+    ids = _append(sync_engine, "ws-race", NOW - 900, 10)
+    feed = ActivityFeed(
+        lambda: NOW, settings=FeedSettings(page_size=2, max_rows=3, retention_seconds=7 * 86400)
+    )
+
+    async def scenario() -> tuple[list[int], OutOfRange]:
+        database = Database(migrated_db_url)
+        await database.start()
+        stream = watch_activity(feed, database, "ws-race", 0)
+        try:
+            assert isinstance(await anext(stream), WatchReady)
+            seen = [int((await anext(stream)).event_id) for _ in range(2)]  # type: ignore[union-attr]
+            assert await feed.prune(database) == 7  # keeps the newest 3
+            with pytest.raises(OutOfRange) as refused:
+                await anext(stream)  # the next page: without the check, ids[7:] (a silent gap)
+            return seen, refused.value
+        finally:
+            await stream.aclose()
+            await database.stop()
+
+    seen, error = asyncio.run(scenario())
+    assert seen == ids[:2], "nothing after the pruned gap was streamed"
+    assert error.reason == "EVENT_CURSOR_EXPIRED"

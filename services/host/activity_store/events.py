@@ -177,6 +177,14 @@ class EventReader:
             )
         ).scalar_one_or_none()
         global_head = (await self._db.execute(select(func.max(ActivityEvent.id)))).scalar_one()
+        return LogBounds(
+            workspace_head=int(workspace_head or 0),
+            global_head=int(global_head or 0),
+            oldest_retained=await self.pruned_through(workspace_id) + 1,
+        )
+
+    async def pruned_through(self, workspace_id: str) -> int:
+        """The highest event id the pruner deleted from the workspace (0 when none)."""
         pruned = (
             await self._db.execute(
                 select(_Retention.pruned_through_event_id).where(
@@ -184,11 +192,7 @@ class EventReader:
                 )
             )
         ).scalar_one_or_none()
-        return LogBounds(
-            workspace_head=int(workspace_head or 0),
-            global_head=int(global_head or 0),
-            oldest_retained=int(pruned or 0) + 1,
-        )
+        return int(pruned or 0)
 
     async def after(
         self, workspace_id: str, after_id: int, *, up_to: int | None, limit: int
