@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from grpcserver.auth import TokenRegistry
+from grpcserver.authorization import MethodPolicy, ServiceAuthorization, policies_by_path
 from grpcserver.interceptor import ServiceInterceptor
 from grpcserver.logs import configure_logging
 from grpcserver.settings import ServerSettings
@@ -45,6 +46,9 @@ class ServiceDefinition:
         service_names: Full proto names of the services it serves, for health and
             reflection (``agentactivity.host.v1.HostService``).
         register: Adds the servicers to the server.
+        authorization: The declared authorization of every served method, by full
+            method path (``/pkg.Service/Method``, SEC-3); the interceptor refuses a
+            method missing here with ``PERMISSION_DENIED`` ``METHOD_NOT_DECLARED``.
         on_start: Run after the port is bound and before SERVING (open the store,
             start background workers). A failure aborts the start.
         on_drain: Run once new RPCs are refused, before the grace period is waited
@@ -56,6 +60,7 @@ class ServiceDefinition:
     name: str
     service_names: Sequence[str]
     register: Callable[[grpc.aio.Server], None]
+    authorization: Mapping[str, MethodPolicy] = field(default_factory=dict)
     on_start: list[Hook] = field(default_factory=list)
     on_drain: list[Hook] = field(default_factory=list)
     on_stop: list[Hook] = field(default_factory=list)
@@ -65,11 +70,15 @@ def definition_for(
     name: str,
     servicers: Sequence[tuple[Any, Callable[[Any, grpc.aio.Server], None], object]],
     *,
+    authorization: Iterable[ServiceAuthorization] = (),
     on_start: Sequence[Hook] = (),
     on_drain: Sequence[Hook] = (),
     on_stop: Sequence[Hook] = (),
 ) -> ServiceDefinition:
-    """Build a definition from ``(service descriptor, add_*_to_server, servicer)`` triples."""
+    """Build a definition from ``(service descriptor, add_*_to_server, servicer)`` triples.
+
+    ``authorization`` is the service's table (``services/<name>/authorization.py``).
+    """
 
     def register(server: grpc.aio.Server) -> None:
         for _, add, servicer in servicers:
@@ -79,6 +88,7 @@ def definition_for(
         name=name,
         service_names=[descriptor.full_name for descriptor, _, _ in servicers],
         register=register,
+        authorization=policies_by_path(authorization),
         on_start=list(on_start),
         on_drain=list(on_drain),
         on_stop=list(on_stop),
@@ -163,6 +173,7 @@ async def start_server(
         domain=f"{definition.name}.agentactivity",
         tokens=tokens if tokens is not None else load_tokens(settings),
         telemetry=telemetry,
+        authorization=definition.authorization,
     )
     server = grpc.aio.server(
         interceptors=[*telemetry.server_interceptors, interceptor],

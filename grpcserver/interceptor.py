@@ -4,10 +4,14 @@ For every RPC except the public health and reflection services it
 
 1. authenticates the bearer token into a :class:`~grpcserver.auth.Principal`
    (``UNAUTHENTICATED`` otherwise) and binds it for the handler;
-2. checks a unary request's top-level ``workspace_id`` field, when the message has
-   one, against the principal (``INVALID_ARGUMENT`` when empty, ``PERMISSION_DENIED``
-   with reason ``WORKSPACE_SCOPE_MISMATCH`` when outside the principal's scope), so no
-   handler can forget it;
+2. enforces the method's declared authorization (:mod:`grpcserver.authorization`,
+   SEC-3) before the handler runs: the allowed roles (``PERMISSION_DENIED``
+   ``ROLE_NOT_ALLOWED``) and the workspace from the declared request field or first
+   stream message (``INVALID_ARGUMENT`` when a required one is empty,
+   ``PERMISSION_DENIED`` ``WORKSPACE_SCOPE_MISMATCH`` outside the principal's scope),
+   and binds the call's scope (an unset optional workspace: the principal's own
+   workspaces) for the handler; a method without a declaration fails closed with
+   ``PERMISSION_DENIED`` ``METHOD_NOT_DECLARED``;
 3. maps :class:`~domainerrors.DomainError` to ``google.rpc.Status`` with details, a
    ``NotImplementedError`` (the generated servicer default) to ``UNIMPLEMENTED``, and
    anything else to a bare ``INTERNAL`` that is logged, never sent;
@@ -19,14 +23,22 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import grpc
-from google.protobuf.message import Message
 
 from domainerrors import DomainError
-from grpcserver.auth import TokenRegistry, bind_principal, unbind_principal
+from grpcserver.auth import TokenRegistry
+from grpcserver.authorization import (
+    MethodPolicy,
+    WorkspaceSource,
+    bind_call,
+    current_scope,
+    method_not_declared,
+    narrow_call,
+    unbind_call,
+)
 from grpcserver.errors import internal_error, to_grpc_status
 from grpcserver.telemetry import Telemetry
 
@@ -56,11 +68,14 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         domain: str,
         tokens: TokenRegistry,
         telemetry: Telemetry,
+        authorization: Mapping[str, MethodPolicy] | None = None,
         public_prefixes: tuple[str, ...] = PUBLIC_METHOD_PREFIXES,
     ) -> None:
         self._domain = domain
         self._tokens = tokens
         self._telemetry = telemetry
+        # Full method path -> declared policy; a method missing here is refused.
+        self._policies = dict(authorization or {})
         self._public = public_prefixes
 
     async def intercept_service(
@@ -100,19 +115,37 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
             response_serializer=handler.response_serializer,
         )
 
-    def _admit(self, metadata: Any, request: Any, streaming_request: bool) -> Any:
+    def _admit(self, method: str, metadata: Any, request: Any, streaming_request: bool) -> Any:
         principal = self._tokens.authenticate(metadata)
-        if not streaming_request and isinstance(request, Message):
-            field = request.DESCRIPTOR.fields_by_name.get("workspace_id")
-            # An `optional` workspace_id left unset means "every workspace the caller may
-            # see"; the handler then checks the role it needs for that.
-            if (
-                field is not None
-                and field.type == field.TYPE_STRING
-                and not (field.has_presence and not request.HasField("workspace_id"))
-            ):
-                principal.require_workspace(getattr(request, "workspace_id"))  # noqa: B009 - typed as Message
-        return bind_principal(principal)
+        policy = self._policies.get(method)
+        if policy is None:
+            raise method_not_declared(method)  # SEC-3: fail closed
+        # SEC-1/SEC-3: roles and workspace as declared, before the handler runs; an unset
+        # optional workspace binds the principal's own workspaces, never "all".
+        scope = policy.admit(principal, None if streaming_request else request)
+        return bind_call(scope)
+
+    async def _admit_first_message(self, method: str, requests: Any) -> Any:
+        """Check a ``FIRST_MESSAGE`` stream's first message before the handler sees it.
+
+        Returns the stream to hand to the handler (the first message put back in front);
+        other streams are returned untouched.
+        """
+        policy = self._policies[method]
+        if policy.workspace is not WorkspaceSource.FIRST_MESSAGE:
+            return requests
+        iterator = aiter(requests)
+        first = await anext(iterator, None)
+        if first is None:
+            return iterator
+        narrow_call(policy.admit_first_message(current_scope().principal, first))
+
+        async def replay() -> AsyncIterator[Any]:
+            yield first
+            async for request in iterator:
+                yield request
+
+        return replay()
 
     async def _fail(
         self, context: grpc.aio.ServicerContext[Any, Any], error: BaseException
@@ -143,7 +176,9 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
             started = time.perf_counter()
             token = None
             try:
-                token = self._admit(metadata, request, streaming_request)
+                token = self._admit(method, metadata, request, streaming_request)
+                if streaming_request:
+                    request = await self._admit_first_message(method, request)
                 result = inner(request, context)
                 if inspect.isawaitable(result):
                     result = await result
@@ -154,7 +189,7 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
                 await self._fail(context, error)
             finally:
                 if token is not None:
-                    unbind_principal(token)
+                    unbind_call(token)
                 self._record(method, started, context)
 
         return handle
@@ -168,7 +203,9 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
             started = time.perf_counter()
             token = None
             try:
-                token = self._admit(metadata, request, streaming_request)
+                token = self._admit(method, metadata, request, streaming_request)
+                if streaming_request:
+                    request = await self._admit_first_message(method, request)
                 result = inner(request, context)
                 if inspect.isawaitable(result):
                     await result
@@ -181,7 +218,7 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
                 await self._fail(context, error)
             finally:
                 if token is not None:
-                    unbind_principal(token)
+                    unbind_call(token)
                 self._record(method, started, context)
 
         return handle

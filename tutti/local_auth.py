@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from grpcserver.auth import WILDCARD_WORKSPACE, Role, token_digest
+from grpcserver.auth import WILDCARD_WORKSPACE, Role, parse_not_after, token_digest
 
 
 @dataclass(frozen=True)
@@ -83,14 +83,15 @@ def ensure_principal_tokens(
 ) -> dict[str, str]:
     """Give each principal a token in the data directory's registry; return name -> token.
 
-    ``principals`` maps a name to its ``role`` and ``workspaces`` (the shape of the
-    fixtures' ``principals.yaml``). The local credentials are created first if missing
-    (so ``tutti up`` keeps the registry), a principal keeps its token across calls
-    (``auth/principal-tokens.yaml``, mode 0600), and the registry's principal entries are
-    replaced by exactly these. Servers read the registry when they start.
+    ``principals`` maps a name to its ``role``, ``workspaces`` and optional ``not_after``
+    (the shape of the fixtures' ``principals.yaml``; an expiry is copied as it is). The
+    local credentials are created first if missing (so ``tutti up`` keeps the registry),
+    a principal keeps its token across calls (``auth/principal-tokens.yaml``, mode 0600),
+    and the registry's principal entries are replaced by exactly these. Servers read the
+    registry when they start.
 
     Raises:
-        ValueError: A principal has an unknown role or no list of workspaces.
+        ValueError: A principal has an unknown role, no list of workspaces or a bad expiry.
     """
     entries = []
     for name, spec in principals.items():
@@ -99,7 +100,10 @@ def ensure_principal_tokens(
             raise ValueError(f"principal {name!r}: unknown role {role!r}")
         if not isinstance(workspaces, list) or not all(isinstance(w, str) for w in workspaces):
             raise ValueError(f"principal {name!r}: workspaces must be a list of strings")
-        entries.append((name, role, workspaces))
+        not_after = spec.get("not_after")
+        if not_after is not None:
+            parse_not_after(not_after, where=f"principal {name!r}")
+        entries.append((name, role, workspaces, not_after))
     credentials = ensure_local_credentials(data_dir)
     tokens_path = credentials.tokens_file.parent / "principal-tokens.yaml"
     try:
@@ -108,7 +112,7 @@ def ensure_principal_tokens(
         known = {}
     tokens = {
         name: str(known[name]) if isinstance(known, dict) and known.get(name) else None
-        for name, _, _ in entries
+        for name, *_ in entries
     }
     issued = {name: token or secrets.token_urlsafe(32) for name, token in tokens.items()}
     registry = yaml.safe_load(credentials.tokens_file.read_text(encoding="utf-8")) or {}
@@ -123,8 +127,9 @@ def ensure_principal_tokens(
             "role": role,
             "workspaces": workspaces,
             "sha256": token_digest(issued[name]),
+            **({} if not_after is None else {"not_after": not_after}),
         }
-        for name, role, workspaces in entries
+        for name, role, workspaces, not_after in entries
     ]
     _write_private(tokens_path, yaml.safe_dump(issued, sort_keys=False))
     _write_private(

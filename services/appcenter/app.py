@@ -5,6 +5,7 @@ from __future__ import annotations
 from agentactivity.appcenter.v1 import appcenter_pb2, appcenter_pb2_grpc
 from grpcserver.app import ServiceDefinition, definition_for
 from services.appcenter.app_store import AppStore
+from services.appcenter.authorization import AUTHORIZATION
 from services.appcenter.load_validation import LoadBounds
 from services.appcenter.servicer import AppCenterServicer
 from services.appcenter.settings import Settings
@@ -36,6 +37,7 @@ def build(settings: Settings) -> ServiceDefinition:
                 servicer,
             )
         ],
+        authorization=AUTHORIZATION,
         on_start=[database.start],
         on_stop=[database.stop],
     )

@@ -24,16 +24,18 @@ class ActivityState:
         return self.active_turn_count > 0
 
 
-async def read_activity_state(database: Database, workspace_id: str | None) -> ActivityState:
-    """Count active Turns in one workspace, or in every workspace when ``None``."""
+async def read_activity_state(
+    database: Database, workspaces: frozenset[str] | None
+) -> ActivityState:
+    """Count active Turns in ``workspaces``, or in every workspace when ``None``."""
     query = (
         select(Turn.workspace_id, func.count())
         .where(Turn.phase.in_(ACTIVE_PHASES))
         .group_by(Turn.workspace_id)
         .order_by(Turn.workspace_id)
     )
-    if workspace_id is not None:
-        query = query.where(Turn.workspace_id == workspace_id)
+    if workspaces is not None:
+        query = query.where(Turn.workspace_id.in_(sorted(workspaces)))
     async with database.engine.connect() as connection:
         rows = (await connection.execute(query)).all()
     per_workspace = {row[0]: int(row[1]) for row in rows}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from agentactivity.host.v1 import host_pb2, host_pb2_grpc, runtime_pb2, runtime_pb2_grpc
 from grpcserver.app import ServiceDefinition, definition_for
 from services.host.activity_feed import ActivityFeed, FeedSettings
+from services.host.authorization import AUTHORIZATION
 from services.host.context import HostContext
 from services.host.live_settings import LinkedRuntimeSettings
 from services.host.servicer import HostServicer, RuntimeLinkServicer
@@ -60,6 +61,7 @@ def build(settings: Settings) -> ServiceDefinition:
                 RuntimeLinkServicer(ctx),
             ),
         ],
+        authorization=AUTHORIZATION,
         on_start=[database.start, start_activity],
         # Runtime links and watches end as soon as new RPCs are refused (OPS-3).
         on_drain=[ctx.runtimes.shutdown, ctx.activity.end_watches],

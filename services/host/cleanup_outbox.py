@@ -11,11 +11,12 @@ lifts the fence once no row for the id remains.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from domainerrors import FieldViolation, InvalidArgument
 from services.host.context import HostContext
-from services.host.repository.deletion import CleanupRow
+from services.host.repository.deletion import CleanupRow, WorkspaceFilter
 from services.host.repository.deletion_scope import DeletionScope, deletion_runner
 from services.host.sessions import validate_session_id
 from store import page_tokens
@@ -42,14 +43,22 @@ class Completion:
     fence_lifted: bool
 
 
-def _binding(workspace_id: str | None) -> dict[str, str | None]:
-    return {"listing": "resource_cleanups", "workspace_id": workspace_id}
+def _binding(workspaces: WorkspaceFilter) -> dict[str, str | None]:
+    # A cursor continues only the listing of the same workspaces (one keeps its old binding).
+    if isinstance(workspaces, frozenset):
+        workspaces = (
+            next(iter(workspaces)) if len(workspaces) == 1 else json.dumps(sorted(workspaces))
+        )
+    return {"listing": "resource_cleanups", "workspace_id": workspaces}
 
 
 async def list_pending_cleanups(
-    ctx: HostContext, workspace_id: str | None, cursor: str, limit: int
+    ctx: HostContext, workspaces: WorkspaceFilter, cursor: str, limit: int
 ) -> CleanupPage:
     """Pending rows ordered ``purged_at, workspace, session`` with ownership facts.
+
+    ``workspaces`` is one workspace, a set of them (a scoped caller's own), or ``None`` for
+    every workspace (a deployment-wide caller only).
 
     Raises:
         InvalidArgument: a negative limit or ``INVALID_CURSOR``.
@@ -60,7 +69,7 @@ async def list_pending_cleanups(
     after: tuple[int, str, str] | None = None
     if cursor:
         try:
-            purged_at, ws, sid = page_tokens.decode(cursor, _binding(workspace_id))
+            purged_at, ws, sid = page_tokens.decode(cursor, _binding(workspaces))
             after = (int(purged_at), str(ws), str(sid))
         except (page_tokens.MalformedPageToken, ValueError, TypeError):
             raise InvalidArgument(
@@ -70,14 +79,14 @@ async def list_pending_cleanups(
             ) from None
 
     async def run(scope: DeletionScope) -> CleanupPage:
-        rows = await scope.deletion.pending_cleanups(workspace_id, after=after, limit=size + 1)
+        rows = await scope.deletion.pending_cleanups(workspaces, after=after, limit=size + 1)
         more = len(rows) > size
         rows = rows[:size]
         next_cursor = ""
         if more:
             last = rows[-1]
             next_cursor = page_tokens.encode(
-                _binding(workspace_id),
+                _binding(workspaces),
                 [last.purged_at_unix_ms, last.workspace_id, last.session_id],
             )
         return CleanupPage(rows, next_cursor)

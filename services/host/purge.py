@@ -35,7 +35,7 @@ from sqlalchemy.exc import IntegrityError
 from domainerrors import FailedPrecondition, InvalidArgument
 from services.host.context import HostContext
 from services.host.deletion import Forest
-from services.host.repository.deletion import PurgeCandidate
+from services.host.repository.deletion import PurgeCandidate, WorkspaceFilter
 from services.host.repository.deletion_scope import DeletionScope, deletion_runner
 from services.host.repository.purge import ComponentFence, ComponentShape
 from services.host.restore import not_deleted, not_topmost
@@ -168,7 +168,7 @@ def _is_whole_component(candidate: PurgeCandidate, shape: ComponentShape | None)
 
 async def scan_trees(
     ctx: HostContext,
-    workspace_id: str | None,
+    workspaces: WorkspaceFilter,
     cutoff_unix_ms: int,
     *,
     after: tuple[int, str, str] | None = None,
@@ -185,7 +185,7 @@ async def scan_trees(
 
     async def run(scope: DeletionScope) -> list[ScanItem]:
         candidates = await scope.deletion.purge_candidates(
-            workspace_id, cutoff_unix_ms, after=after, limit=limit
+            workspaces, cutoff_unix_ms, after=after, limit=limit
         )
         by_workspace: dict[str, list[PurgeCandidate]] = {}
         for candidate in candidates:
@@ -326,7 +326,7 @@ async def purge_tree(ctx: HostContext, selection: TreeSelection, *, reason: str 
 
 async def purge_deleted_sessions(
     ctx: HostContext,
-    workspace_id: str | None,
+    workspaces: WorkspaceFilter,
     cutoff_unix_ms: int,
     bounds: PurgeBounds,
     *,
@@ -334,6 +334,9 @@ async def purge_deleted_sessions(
     trees_per_transaction: int = TREES_PER_TRANSACTION,
 ) -> PurgeReport:
     """``PurgeDeletedSessions``: whole restorable trees, oldest first, within the bounds.
+
+    ``workspaces`` is one workspace, a scoped caller's set of workspaces, or ``None`` for
+    every workspace (a deployment-wide caller only; the wire passes the call's scope).
 
     ``trees_per_transaction`` caps how many small trees share one write transaction (1 gives
     a transaction per tree); a tree larger than ``ROWS_PER_TRANSACTION`` always goes alone.
@@ -373,7 +376,7 @@ async def purge_deleted_sessions(
         limit = max(1, min(SCAN_BATCH if after else FIRST_SCAN_BATCH, bounds.max_trees - taken + 1))
         task = asyncio.ensure_future(
             scan_trees(
-                ctx, workspace_id, cutoff_unix_ms, after=after, limit=limit, with_members=dry_run
+                ctx, workspaces, cutoff_unix_ms, after=after, limit=limit, with_members=dry_run
             )
         )
         return task, limit

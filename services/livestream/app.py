@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from agentactivity.livestream.v1 import livestream_pb2, livestream_pb2_grpc
 from grpcserver.app import ServiceDefinition, definition_for
+from services.livestream.authorization import AUTHORIZATION
 from services.livestream.servicer import DeviceLinkServicer
 from services.livestream.settings import Settings
 
@@ -21,4 +22,5 @@ def build(settings: Settings) -> ServiceDefinition:
                 DeviceLinkServicer(),  # type: ignore[abstract]  # unimplemented RPCs: UNIMPLEMENTED
             )
         ],
+        authorization=AUTHORIZATION,
     )

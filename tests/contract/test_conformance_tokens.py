@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from conformance.runner import MissingTokenError, load_fixtures, replay
+from domainerrors import Unauthenticated
 from grpcserver.auth import TokenRegistry
 from tutti.local_auth import ensure_local_credentials
 
@@ -56,7 +57,7 @@ def test_replay_refuses_before_any_step_without_a_token() -> None:
     assert err.value.principals == ["ws1-device", "ws2-device"]
 
 
-@pytest.mark.spec("CON-3", "OPS-2", "SEC-1")
+@pytest.mark.spec("CON-3", "OPS-2", "SEC-1", "SEC-3")
 def test_provision_gives_every_principal_a_token_tutti_up_keeps(tmp_path: Path) -> None:
     data = tmp_path / "data"
     first = _tutti("conformance", "provision", str(PRINCIPALS), "--data-dir", str(data))
@@ -73,6 +74,11 @@ def test_provision_gives_every_principal_a_token_tutti_up_keeps(tmp_path: Path) 
     credentials = ensure_local_credentials(data)
     registry = TokenRegistry.from_file(credentials.tokens_file)
     for name, token in tokens.items():
+        if "not_after" in expected[name]:  # an expired principal stays expired (SEC-3)
+            with pytest.raises(Unauthenticated) as expired:
+                registry.authenticate([("authorization", f"Bearer {token}")])
+            assert expired.value.reason == "EXPIRED_CREDENTIALS"
+            continue
         principal = registry.authenticate([("authorization", f"Bearer {token}")])
         assert principal.role.value == expected[name]["role"]
         assert principal.workspaces == frozenset(expected[name]["workspaces"])

@@ -34,6 +34,8 @@ from tests.support.session_trees import (
 
 WS2 = auth_metadata("ws2-device")
 SERVICE = auth_metadata("service")
+WS1_SERVICE = auth_metadata("ws1-service")
+"""Permanent purge and cleanup are service/admin only (SEC-3): a service scoped to ws-1."""
 
 
 @pytest.fixture
@@ -235,6 +237,7 @@ def test_a_legacy_descendant_is_not_upgraded_and_only_the_manual_purge_removes_i
     manual = host.call(
         "PurgeWorkspaceTombstones",
         host_pb2.PurgeWorkspaceTombstonesRequest(workspace_id="ws-1", session_id="p"),
+        WS1_SERVICE,
     )
     assert sorted(manual.purged_session_ids) == ["c", "g", "p"]
     assert sessions(engine) == {}
@@ -344,7 +347,7 @@ def test_restore_validates_the_component_and_starts_no_runtime(
 # ------------------------------------------------------------------------------- purge
 
 
-@pytest.mark.spec("HOST-DEL-9")
+@pytest.mark.spec("HOST-DEL-9", "SEC-3")
 def test_purge_removes_whole_old_trees_keeps_blocked_ones_and_respects_bounds(
     host: HostClient, engine: Engine
 ) -> None:
@@ -364,7 +367,7 @@ def test_purge_removes_whole_old_trees_keeps_blocked_ones_and_respects_bounds(
             update(Session).where(Session.session_id == "o1").values(deleted_at_unix_ms=10**12)
         )
     delete(host, "new")
-    dry = purge_rpc(host, workspace_id="ws-1", cutoff_unix_ms=1000, dry_run=True, md=WS1)
+    dry = purge_rpc(host, workspace_id="ws-1", cutoff_unix_ms=1000, dry_run=True, md=WS1_SERVICE)
     assert {p.session_id for p in dry.purged} == {"old", "old1"}
     assert len(sessions(engine)) == 5
     assert cleanup_rows(engine) == set()
@@ -382,8 +385,11 @@ def test_purge_removes_whole_old_trees_keeps_blocked_ones_and_respects_bounds(
     with engine.connect() as connection:
         left = {m.session_id for m in connection.execute(Message.__table__.select())}
     assert left == {"other"}
-    code, _reason, _, _ = error_of(lambda: purge_rpc(host, cutoff_unix_ms=1, md=WS1))
-    assert code == grpc.StatusCode.PERMISSION_DENIED
+    for fields in ({}, {"workspace_id": "ws-1"}):  # permanent purge: service/admin (SEC-3)
+        code, reason, _, _ = error_of(
+            lambda fields=fields: purge_rpc(host, cutoff_unix_ms=1, md=WS1, **fields)  # type: ignore[misc]
+        )
+        assert (code, reason) == (grpc.StatusCode.PERMISSION_DENIED, "ROLE_NOT_ALLOWED")
 
 
 @pytest.mark.spec("HOST-DEL-9")
@@ -433,7 +439,9 @@ def test_manual_purge_checks_the_physical_boundary(host: HostClient, engine: Eng
     def manual(**fields: Any) -> Any:
         fields.setdefault("workspace_id", "ws-1")
         return host.call(
-            "PurgeWorkspaceTombstones", host_pb2.PurgeWorkspaceTombstonesRequest(**fields)
+            "PurgeWorkspaceTombstones",
+            host_pb2.PurgeWorkspaceTombstonesRequest(**fields),
+            WS1_SERVICE,
         )
 
     for target, expected in (
@@ -454,7 +462,7 @@ def test_manual_purge_checks_the_physical_boundary(host: HostClient, engine: Eng
     assert set(sessions(engine)) == {"b", "b1"}
 
 
-@pytest.mark.spec("HOST-DEL-11", "HOST-CLEAN-1")
+@pytest.mark.spec("HOST-DEL-11", "HOST-CLEAN-1", "SEC-3")
 def test_cleanup_rows_fence_creation_until_completed(host: HostClient, engine: Engine) -> None:
     host.create(session_id="dup")
     host.create(workspace_id="ws-2", session_id="shared")
@@ -475,28 +483,39 @@ def test_cleanup_rows_fence_creation_until_completed(host: HostClient, engine: E
     paged = host.call(
         "ListPendingResourceCleanups",
         host_pb2.ListPendingResourceCleanupsRequest(workspace_id="ws-1", limit=1),
+        WS1_SERVICE,
     )
     assert len(paged.cleanups) == 1
     assert paged.next_cursor
     after = host.call(
         "ListPendingResourceCleanups",
         host_pb2.ListPendingResourceCleanupsRequest(workspace_id="ws-1", cursor=paged.next_cursor),
+        WS1_SERVICE,
     )
     assert len(after.cleanups) == 1
-    code, _, _, _ = error_of(
-        lambda: host.call(
-            "ListPendingResourceCleanups", host_pb2.ListPendingResourceCleanupsRequest(), WS1
+    for request in (
+        host_pb2.ListPendingResourceCleanupsRequest(),
+        host_pb2.ListPendingResourceCleanupsRequest(workspace_id="ws-1"),
+    ):
+        code, reason, _, _ = error_of(
+            lambda request=request: host.call("ListPendingResourceCleanups", request, WS1)  # type: ignore[misc]
         )
+        assert (code, reason) == (grpc.StatusCode.PERMISSION_DENIED, "ROLE_NOT_ALLOWED")
+    # A ws-1 service leaving the workspace unset sees only ws-1's rows (SEC-1).
+    scoped = host.call(
+        "ListPendingResourceCleanups", host_pb2.ListPendingResourceCleanupsRequest(), WS1_SERVICE
     )
-    assert code == grpc.StatusCode.PERMISSION_DENIED
+    assert {c.workspace_id for c in scoped.cleanups} == {"ws-1"}
     done = host.call(
         "CompleteResourceCleanup",
         host_pb2.CompleteResourceCleanupRequest(workspace_id="ws-1", session_id="dup"),
+        WS1_SERVICE,
     )
     assert (done.completed, done.fence_lifted) == (True, True)
     again = host.call(
         "CompleteResourceCleanup",
         host_pb2.CompleteResourceCleanupRequest(workspace_id="ws-1", session_id="dup"),
+        WS1_SERVICE,
     )
     assert (again.completed, again.fence_lifted) == (False, True)
     assert host.create(workspace_id="ws-2", session_id="dup").session_id == "dup"

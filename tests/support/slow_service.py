@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 
 from grpcserver.app import RunningServer, ServiceDefinition, serve
+from grpcserver.authorization import ANY_ROLE, deployment_read
 from grpcserver.settings import ServerSettings
 
 SERVICE = "tutti.test.v1.SlowService"
@@ -56,6 +57,8 @@ def build(signal_dir: Path | None = None) -> ServiceDefinition:
         name="slowtest",
         service_names=[SERVICE],
         register=lambda server: server.add_generic_rpc_handlers([handler]),
+        # Declared like every served method (SEC-3); undeclared it would fail closed.
+        authorization={f"/{SERVICE}/Sleep": deployment_read(*ANY_ROLE)},
     )
 
 

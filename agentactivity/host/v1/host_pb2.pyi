@@ -22,6 +22,11 @@ can succeed. Reasons used by every workspace-scoped RPC:
   - PERMISSION_DENIED `WORKSPACE_SCOPE_MISMATCH`: `workspace_id` is not one of
     the caller's authenticated workspaces (SEC-1).
   - PERMISSION_DENIED `ROLE_NOT_ALLOWED`: the RPC needs a `service` or `admin` role.
+  - PERMISSION_DENIED `DEPLOYMENT_SCOPE_REQUIRED`: the RPC writes deployment-wide
+    records and needs a deployment-wide principal (SEC-3).
+Each RPC's roles and workspace source are declared in one table
+(services/host/authorization.py, shown in docs/auth.md) and enforced before the
+handler runs (SEC-3).
   - NOT_FOUND `SESSION_NOT_FOUND`: no live Session with that id in the workspace.
   - NOT_FOUND `SESSION_DELETED`: the Session is tombstoned (tombstones are
     invisible to ordinary reads and commands).
@@ -3416,8 +3421,8 @@ class PurgeDeletedSessionsRequest(_message.Message):
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     DRY_RUN_FIELD_NUMBER: _builtins.int
     workspace_id: _builtins.str
-    """workspace_id limits the purge to one workspace; unset spans every workspace
-    (requires `service` or `admin`).
+    """workspace_id limits the purge to one workspace; unset spans the principal's
+    workspaces (every workspace only for a deployment-wide principal).
     """
     cutoff_unix_ms: _builtins.int
     """cutoff_unix_ms: a tree is eligible only when every member's deleted_at is at
@@ -3637,8 +3642,8 @@ class ListPendingResourceCleanupsRequest(_message.Message):
     CURSOR_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
     workspace_id: _builtins.str
-    """workspace_id limits the rows to one workspace; unset spans every workspace
-    (requires `service` or `admin`).
+    """workspace_id limits the rows to one workspace; unset spans the principal's
+    workspaces (every workspace only for a deployment-wide principal).
     """
     cursor: _builtins.str
     """cursor from a previous page; empty for the first page."""
@@ -3784,8 +3789,8 @@ class GetActivityStateRequest(_message.Message):
 
     WORKSPACE_ID_FIELD_NUMBER: _builtins.int
     workspace_id: _builtins.str
-    """workspace_id asks about one workspace; unset spans every workspace
-    (requires `service` or `admin`).
+    """workspace_id asks about one workspace; unset spans the principal's workspaces
+    (every workspace only for a deployment-wide principal).
     """
     def __init__(
         self,

@@ -239,8 +239,8 @@ class HostServiceServicer:
 
     def RegisterAgentTarget(self, request, context):
         """RegisterAgentTarget creates or replaces a deployment-wide agent target record
-        (HOST-TGT-1). Requires the `service` or `admin` role. Replacing a target
-        affects only Sessions created afterwards. Errors: INVALID_ARGUMENT (field
+        (HOST-TGT-1). Requires the `service` or `admin` role and a deployment-wide
+        principal. Replacing a target affects only Sessions created afterwards. Errors: INVALID_ARGUMENT (field
         violations, for example a malformed launch ref), ALREADY_EXISTS
         `PROVIDER_MISMATCH` when an existing target would change provider.
         """
@@ -259,8 +259,8 @@ class HostServiceServicer:
     def SetAgentTargetEnabled(self, request, context):
         """SetAgentTargetEnabled enables or disables a target (HOST-TGT-1). A disabled
         target rejects new Sessions and new Turns with `AGENT_TARGET_UNAVAILABLE`;
-        existing Sessions stay readable. Requires `service` or `admin`. Errors:
-        NOT_FOUND `AGENT_TARGET_NOT_FOUND`.
+        existing Sessions stay readable. Requires `service` or `admin` and a
+        deployment-wide principal. Errors: NOT_FOUND `AGENT_TARGET_NOT_FOUND`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -550,8 +550,9 @@ class HostServiceServicer:
         deleted at or before `cutoff_unix_ms`, each tree in one transaction with one
         resource-cleanup outbox row per (workspace, Session) (HOST-DEL-9). Bounded by
         `max_trees`, `max_rows` and `max_bytes`; the first eligible tree may exceed
-        them. Called by maintenance (MAINT-IDLE-1). Without `workspace_id` it spans
-        every workspace and requires the `service` or `admin` role.
+        them. Called by maintenance (MAINT-IDLE-1). Requires `service` or `admin`.
+        Without `workspace_id` it spans the principal's workspaces (every workspace
+        only for a deployment-wide principal, SEC-3).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -563,9 +564,9 @@ class HostServiceServicer:
         already tombstoned) instead of recoverability, removes legacy or incomplete
         components leaf-first, writes the same outbox rows, and targets one complete
         topmost component (`session_id`) or every topmost tombstone in the workspace,
-        regardless of listing filters and of retention. Errors: FAILED_PRECONDITION
-        `PURGE_BOUNDARY_VIOLATION` (the targeted component has a live descendant),
-        `NOT_TOPMOST_TOMBSTONE`; NOT_FOUND `SESSION_NOT_FOUND`.
+        regardless of listing filters and of retention. Requires `service` or `admin`.
+        Errors: FAILED_PRECONDITION `PURGE_BOUNDARY_VIOLATION` (the targeted component
+        has a live descendant), `NOT_TOPMOST_TOMBSTONE`; NOT_FOUND `SESSION_NOT_FOUND`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -574,8 +575,8 @@ class HostServiceServicer:
     def ListPendingResourceCleanups(self, request, context):
         """ListPendingResourceCleanups pages pending resource-cleanup outbox rows with
         the ownership facts the cleanup worker needs (HOST-CLEAN-1, MAINT-OUT-1).
-        Without `workspace_id` it spans every workspace and requires `service` or
-        `admin`.
+        Requires `service` or `admin`. Without `workspace_id` it spans the principal's
+        workspaces (every workspace only for a deployment-wide principal, SEC-3).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -584,7 +585,8 @@ class HostServiceServicer:
     def CompleteResourceCleanup(self, request, context):
         """CompleteResourceCleanup deletes one outbox row and lifts the creation fence of
         HOST-DEL-11 for that Session id once no other row remains (HOST-CLEAN-1).
-        Idempotent: completing a row that no longer exists succeeds.
+        Idempotent: completing a row that no longer exists succeeds. Requires
+        `service` or `admin`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -595,8 +597,8 @@ class HostServiceServicer:
 
         GetActivityState reports whether any Turn is active (queued, running or
         awaiting an Interaction), overall and per workspace, for the maintenance idle
-        gate (HOST-ACT-1, MAINT-IDLE-1). Without `workspace_id` it spans every
-        workspace and requires `service` or `admin`.
+        gate (HOST-ACT-1, MAINT-IDLE-1). Without `workspace_id` it spans the
+        principal's workspaces (every workspace only for a deployment-wide principal).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -22,6 +22,11 @@ can succeed. Reasons used by every workspace-scoped RPC:
   - PERMISSION_DENIED `WORKSPACE_SCOPE_MISMATCH`: `workspace_id` is not one of
     the caller's authenticated workspaces (SEC-1).
   - PERMISSION_DENIED `ROLE_NOT_ALLOWED`: the RPC needs a `service` or `admin` role.
+  - PERMISSION_DENIED `DEPLOYMENT_SCOPE_REQUIRED`: the RPC writes deployment-wide
+    records and needs a deployment-wide principal (SEC-3).
+Each RPC's roles and workspace source are declared in one table
+(services/host/authorization.py, shown in docs/auth.md) and enforced before the
+handler runs (SEC-3).
   - NOT_FOUND `SESSION_NOT_FOUND`: no live Session with that id in the workspace.
   - NOT_FOUND `SESSION_DELETED`: the Session is tombstoned (tombstones are
     invisible to ordinary reads and commands).
@@ -65,8 +70,8 @@ class HostServiceStub:
     def __new__(cls, channel: _aio.Channel) -> HostServiceAsyncStub: ...
     RegisterAgentTarget: _grpc.UnaryUnaryMultiCallable[_host_pb2.RegisterAgentTargetRequest, _host_pb2.RegisterAgentTargetResponse]
     """RegisterAgentTarget creates or replaces a deployment-wide agent target record
-    (HOST-TGT-1). Requires the `service` or `admin` role. Replacing a target
-    affects only Sessions created afterwards. Errors: INVALID_ARGUMENT (field
+    (HOST-TGT-1). Requires the `service` or `admin` role and a deployment-wide
+    principal. Replacing a target affects only Sessions created afterwards. Errors: INVALID_ARGUMENT (field
     violations, for example a malformed launch ref), ALREADY_EXISTS
     `PROVIDER_MISMATCH` when an existing target would change provider.
     """
@@ -77,8 +82,8 @@ class HostServiceStub:
     SetAgentTargetEnabled: _grpc.UnaryUnaryMultiCallable[_host_pb2.SetAgentTargetEnabledRequest, _host_pb2.SetAgentTargetEnabledResponse]
     """SetAgentTargetEnabled enables or disables a target (HOST-TGT-1). A disabled
     target rejects new Sessions and new Turns with `AGENT_TARGET_UNAVAILABLE`;
-    existing Sessions stay readable. Requires `service` or `admin`. Errors:
-    NOT_FOUND `AGENT_TARGET_NOT_FOUND`.
+    existing Sessions stay readable. Requires `service` or `admin` and a
+    deployment-wide principal. Errors: NOT_FOUND `AGENT_TARGET_NOT_FOUND`.
     """
     GetMentionCatalog: _grpc.UnaryUnaryMultiCallable[_host_pb2.GetMentionCatalogRequest, _host_pb2.GetMentionCatalogResponse]
     """GetMentionCatalog reads the `@` menu's Agents group: the subagent catalog of a
@@ -267,8 +272,9 @@ class HostServiceStub:
     deleted at or before `cutoff_unix_ms`, each tree in one transaction with one
     resource-cleanup outbox row per (workspace, Session) (HOST-DEL-9). Bounded by
     `max_trees`, `max_rows` and `max_bytes`; the first eligible tree may exceed
-    them. Called by maintenance (MAINT-IDLE-1). Without `workspace_id` it spans
-    every workspace and requires the `service` or `admin` role.
+    them. Called by maintenance (MAINT-IDLE-1). Requires `service` or `admin`.
+    Without `workspace_id` it spans the principal's workspaces (every workspace
+    only for a deployment-wide principal, SEC-3).
     """
     PurgeWorkspaceTombstones: _grpc.UnaryUnaryMultiCallable[_host_pb2.PurgeWorkspaceTombstonesRequest, _host_pb2.PurgeWorkspaceTombstonesResponse]
     """PurgeWorkspaceTombstones is the explicit manual purge (HOST-DEL-10,
@@ -276,28 +282,29 @@ class HostServiceStub:
     already tombstoned) instead of recoverability, removes legacy or incomplete
     components leaf-first, writes the same outbox rows, and targets one complete
     topmost component (`session_id`) or every topmost tombstone in the workspace,
-    regardless of listing filters and of retention. Errors: FAILED_PRECONDITION
-    `PURGE_BOUNDARY_VIOLATION` (the targeted component has a live descendant),
-    `NOT_TOPMOST_TOMBSTONE`; NOT_FOUND `SESSION_NOT_FOUND`.
+    regardless of listing filters and of retention. Requires `service` or `admin`.
+    Errors: FAILED_PRECONDITION `PURGE_BOUNDARY_VIOLATION` (the targeted component
+    has a live descendant), `NOT_TOPMOST_TOMBSTONE`; NOT_FOUND `SESSION_NOT_FOUND`.
     """
     ListPendingResourceCleanups: _grpc.UnaryUnaryMultiCallable[_host_pb2.ListPendingResourceCleanupsRequest, _host_pb2.ListPendingResourceCleanupsResponse]
     """ListPendingResourceCleanups pages pending resource-cleanup outbox rows with
     the ownership facts the cleanup worker needs (HOST-CLEAN-1, MAINT-OUT-1).
-    Without `workspace_id` it spans every workspace and requires `service` or
-    `admin`.
+    Requires `service` or `admin`. Without `workspace_id` it spans the principal's
+    workspaces (every workspace only for a deployment-wide principal, SEC-3).
     """
     CompleteResourceCleanup: _grpc.UnaryUnaryMultiCallable[_host_pb2.CompleteResourceCleanupRequest, _host_pb2.CompleteResourceCleanupResponse]
     """CompleteResourceCleanup deletes one outbox row and lifts the creation fence of
     HOST-DEL-11 for that Session id once no other row remains (HOST-CLEAN-1).
-    Idempotent: completing a row that no longer exists succeeds.
+    Idempotent: completing a row that no longer exists succeeds. Requires
+    `service` or `admin`.
     """
     GetActivityState: _grpc.UnaryUnaryMultiCallable[_host_pb2.GetActivityStateRequest, _host_pb2.GetActivityStateResponse]
     """---- Activity (HOST-ACT-1, HOST-OBS-2) ----
 
     GetActivityState reports whether any Turn is active (queued, running or
     awaiting an Interaction), overall and per workspace, for the maintenance idle
-    gate (HOST-ACT-1, MAINT-IDLE-1). Without `workspace_id` it spans every
-    workspace and requires `service` or `admin`.
+    gate (HOST-ACT-1, MAINT-IDLE-1). Without `workspace_id` it spans the
+    principal's workspaces (every workspace only for a deployment-wide principal).
     """
     WatchActivity: _grpc.UnaryStreamMultiCallable[_host_pb2.WatchActivityRequest, _host_pb2.WatchActivityResponse]
     """WatchActivity streams a workspace's activity feed (HOST-OBS-2): first an
@@ -350,8 +357,8 @@ class HostServiceAsyncStub(HostServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     RegisterAgentTarget: _aio.UnaryUnaryMultiCallable[_host_pb2.RegisterAgentTargetRequest, _host_pb2.RegisterAgentTargetResponse]  # type: ignore[assignment]
     """RegisterAgentTarget creates or replaces a deployment-wide agent target record
-    (HOST-TGT-1). Requires the `service` or `admin` role. Replacing a target
-    affects only Sessions created afterwards. Errors: INVALID_ARGUMENT (field
+    (HOST-TGT-1). Requires the `service` or `admin` role and a deployment-wide
+    principal. Replacing a target affects only Sessions created afterwards. Errors: INVALID_ARGUMENT (field
     violations, for example a malformed launch ref), ALREADY_EXISTS
     `PROVIDER_MISMATCH` when an existing target would change provider.
     """
@@ -362,8 +369,8 @@ class HostServiceAsyncStub(HostServiceStub):
     SetAgentTargetEnabled: _aio.UnaryUnaryMultiCallable[_host_pb2.SetAgentTargetEnabledRequest, _host_pb2.SetAgentTargetEnabledResponse]  # type: ignore[assignment]
     """SetAgentTargetEnabled enables or disables a target (HOST-TGT-1). A disabled
     target rejects new Sessions and new Turns with `AGENT_TARGET_UNAVAILABLE`;
-    existing Sessions stay readable. Requires `service` or `admin`. Errors:
-    NOT_FOUND `AGENT_TARGET_NOT_FOUND`.
+    existing Sessions stay readable. Requires `service` or `admin` and a
+    deployment-wide principal. Errors: NOT_FOUND `AGENT_TARGET_NOT_FOUND`.
     """
     GetMentionCatalog: _aio.UnaryUnaryMultiCallable[_host_pb2.GetMentionCatalogRequest, _host_pb2.GetMentionCatalogResponse]  # type: ignore[assignment]
     """GetMentionCatalog reads the `@` menu's Agents group: the subagent catalog of a
@@ -552,8 +559,9 @@ class HostServiceAsyncStub(HostServiceStub):
     deleted at or before `cutoff_unix_ms`, each tree in one transaction with one
     resource-cleanup outbox row per (workspace, Session) (HOST-DEL-9). Bounded by
     `max_trees`, `max_rows` and `max_bytes`; the first eligible tree may exceed
-    them. Called by maintenance (MAINT-IDLE-1). Without `workspace_id` it spans
-    every workspace and requires the `service` or `admin` role.
+    them. Called by maintenance (MAINT-IDLE-1). Requires `service` or `admin`.
+    Without `workspace_id` it spans the principal's workspaces (every workspace
+    only for a deployment-wide principal, SEC-3).
     """
     PurgeWorkspaceTombstones: _aio.UnaryUnaryMultiCallable[_host_pb2.PurgeWorkspaceTombstonesRequest, _host_pb2.PurgeWorkspaceTombstonesResponse]  # type: ignore[assignment]
     """PurgeWorkspaceTombstones is the explicit manual purge (HOST-DEL-10,
@@ -561,28 +569,29 @@ class HostServiceAsyncStub(HostServiceStub):
     already tombstoned) instead of recoverability, removes legacy or incomplete
     components leaf-first, writes the same outbox rows, and targets one complete
     topmost component (`session_id`) or every topmost tombstone in the workspace,
-    regardless of listing filters and of retention. Errors: FAILED_PRECONDITION
-    `PURGE_BOUNDARY_VIOLATION` (the targeted component has a live descendant),
-    `NOT_TOPMOST_TOMBSTONE`; NOT_FOUND `SESSION_NOT_FOUND`.
+    regardless of listing filters and of retention. Requires `service` or `admin`.
+    Errors: FAILED_PRECONDITION `PURGE_BOUNDARY_VIOLATION` (the targeted component
+    has a live descendant), `NOT_TOPMOST_TOMBSTONE`; NOT_FOUND `SESSION_NOT_FOUND`.
     """
     ListPendingResourceCleanups: _aio.UnaryUnaryMultiCallable[_host_pb2.ListPendingResourceCleanupsRequest, _host_pb2.ListPendingResourceCleanupsResponse]  # type: ignore[assignment]
     """ListPendingResourceCleanups pages pending resource-cleanup outbox rows with
     the ownership facts the cleanup worker needs (HOST-CLEAN-1, MAINT-OUT-1).
-    Without `workspace_id` it spans every workspace and requires `service` or
-    `admin`.
+    Requires `service` or `admin`. Without `workspace_id` it spans the principal's
+    workspaces (every workspace only for a deployment-wide principal, SEC-3).
     """
     CompleteResourceCleanup: _aio.UnaryUnaryMultiCallable[_host_pb2.CompleteResourceCleanupRequest, _host_pb2.CompleteResourceCleanupResponse]  # type: ignore[assignment]
     """CompleteResourceCleanup deletes one outbox row and lifts the creation fence of
     HOST-DEL-11 for that Session id once no other row remains (HOST-CLEAN-1).
-    Idempotent: completing a row that no longer exists succeeds.
+    Idempotent: completing a row that no longer exists succeeds. Requires
+    `service` or `admin`.
     """
     GetActivityState: _aio.UnaryUnaryMultiCallable[_host_pb2.GetActivityStateRequest, _host_pb2.GetActivityStateResponse]  # type: ignore[assignment]
     """---- Activity (HOST-ACT-1, HOST-OBS-2) ----
 
     GetActivityState reports whether any Turn is active (queued, running or
     awaiting an Interaction), overall and per workspace, for the maintenance idle
-    gate (HOST-ACT-1, MAINT-IDLE-1). Without `workspace_id` it spans every
-    workspace and requires `service` or `admin`.
+    gate (HOST-ACT-1, MAINT-IDLE-1). Without `workspace_id` it spans the
+    principal's workspaces (every workspace only for a deployment-wide principal).
     """
     WatchActivity: _aio.UnaryStreamMultiCallable[_host_pb2.WatchActivityRequest, _host_pb2.WatchActivityResponse]  # type: ignore[assignment]
     """WatchActivity streams a workspace's activity feed (HOST-OBS-2): first an
@@ -638,8 +647,8 @@ class HostServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_host_pb2.RegisterAgentTargetResponse, _abc.Awaitable[_host_pb2.RegisterAgentTargetResponse]]:
         """RegisterAgentTarget creates or replaces a deployment-wide agent target record
-        (HOST-TGT-1). Requires the `service` or `admin` role. Replacing a target
-        affects only Sessions created afterwards. Errors: INVALID_ARGUMENT (field
+        (HOST-TGT-1). Requires the `service` or `admin` role and a deployment-wide
+        principal. Replacing a target affects only Sessions created afterwards. Errors: INVALID_ARGUMENT (field
         violations, for example a malformed launch ref), ALREADY_EXISTS
         `PROVIDER_MISMATCH` when an existing target would change provider.
         """
@@ -662,8 +671,8 @@ class HostServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_host_pb2.SetAgentTargetEnabledResponse, _abc.Awaitable[_host_pb2.SetAgentTargetEnabledResponse]]:
         """SetAgentTargetEnabled enables or disables a target (HOST-TGT-1). A disabled
         target rejects new Sessions and new Turns with `AGENT_TARGET_UNAVAILABLE`;
-        existing Sessions stay readable. Requires `service` or `admin`. Errors:
-        NOT_FOUND `AGENT_TARGET_NOT_FOUND`.
+        existing Sessions stay readable. Requires `service` or `admin` and a
+        deployment-wide principal. Errors: NOT_FOUND `AGENT_TARGET_NOT_FOUND`.
         """
 
     @_abc_1.abstractmethod
@@ -1002,8 +1011,9 @@ class HostServiceServicer(metaclass=_abc_1.ABCMeta):
         deleted at or before `cutoff_unix_ms`, each tree in one transaction with one
         resource-cleanup outbox row per (workspace, Session) (HOST-DEL-9). Bounded by
         `max_trees`, `max_rows` and `max_bytes`; the first eligible tree may exceed
-        them. Called by maintenance (MAINT-IDLE-1). Without `workspace_id` it spans
-        every workspace and requires the `service` or `admin` role.
+        them. Called by maintenance (MAINT-IDLE-1). Requires `service` or `admin`.
+        Without `workspace_id` it spans the principal's workspaces (every workspace
+        only for a deployment-wide principal, SEC-3).
         """
 
     @_abc_1.abstractmethod
@@ -1017,9 +1027,9 @@ class HostServiceServicer(metaclass=_abc_1.ABCMeta):
         already tombstoned) instead of recoverability, removes legacy or incomplete
         components leaf-first, writes the same outbox rows, and targets one complete
         topmost component (`session_id`) or every topmost tombstone in the workspace,
-        regardless of listing filters and of retention. Errors: FAILED_PRECONDITION
-        `PURGE_BOUNDARY_VIOLATION` (the targeted component has a live descendant),
-        `NOT_TOPMOST_TOMBSTONE`; NOT_FOUND `SESSION_NOT_FOUND`.
+        regardless of listing filters and of retention. Requires `service` or `admin`.
+        Errors: FAILED_PRECONDITION `PURGE_BOUNDARY_VIOLATION` (the targeted component
+        has a live descendant), `NOT_TOPMOST_TOMBSTONE`; NOT_FOUND `SESSION_NOT_FOUND`.
         """
 
     @_abc_1.abstractmethod
@@ -1030,8 +1040,8 @@ class HostServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_host_pb2.ListPendingResourceCleanupsResponse, _abc.Awaitable[_host_pb2.ListPendingResourceCleanupsResponse]]:
         """ListPendingResourceCleanups pages pending resource-cleanup outbox rows with
         the ownership facts the cleanup worker needs (HOST-CLEAN-1, MAINT-OUT-1).
-        Without `workspace_id` it spans every workspace and requires `service` or
-        `admin`.
+        Requires `service` or `admin`. Without `workspace_id` it spans the principal's
+        workspaces (every workspace only for a deployment-wide principal, SEC-3).
         """
 
     @_abc_1.abstractmethod
@@ -1042,7 +1052,8 @@ class HostServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_host_pb2.CompleteResourceCleanupResponse, _abc.Awaitable[_host_pb2.CompleteResourceCleanupResponse]]:
         """CompleteResourceCleanup deletes one outbox row and lifts the creation fence of
         HOST-DEL-11 for that Session id once no other row remains (HOST-CLEAN-1).
-        Idempotent: completing a row that no longer exists succeeds.
+        Idempotent: completing a row that no longer exists succeeds. Requires
+        `service` or `admin`.
         """
 
     @_abc_1.abstractmethod
@@ -1055,8 +1066,8 @@ class HostServiceServicer(metaclass=_abc_1.ABCMeta):
 
         GetActivityState reports whether any Turn is active (queued, running or
         awaiting an Interaction), overall and per workspace, for the maintenance idle
-        gate (HOST-ACT-1, MAINT-IDLE-1). Without `workspace_id` it spans every
-        workspace and requires `service` or `admin`.
+        gate (HOST-ACT-1, MAINT-IDLE-1). Without `workspace_id` it spans the
+        principal's workspaces (every workspace only for a deployment-wide principal).
         """
 
     @_abc_1.abstractmethod

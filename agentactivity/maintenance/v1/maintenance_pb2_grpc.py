@@ -29,8 +29,9 @@ class MaintenanceServiceStub:
     """MaintenanceService manages tombstone retention and permanent deletion. Every call is
     authenticated from call metadata (SEC-1). Reads are open to any authenticated
     principal (workspace-specific detail is limited to the principal's workspaces);
-    SetRetentionPreference requires role `admin`; RunManualPurge requires a principal
-    authorized for the workspace.
+    SetRetentionPreference requires role `admin` and a deployment-wide principal;
+    RunManualPurge requires role `service` or `admin` authorized for the workspace
+    (SEC-3; the table is services/maintenance/authorization.py, shown in docs/auth.md).
     """
 
     def __init__(self, channel):
@@ -65,8 +66,9 @@ class MaintenanceServiceServicer:
     """MaintenanceService manages tombstone retention and permanent deletion. Every call is
     authenticated from call metadata (SEC-1). Reads are open to any authenticated
     principal (workspace-specific detail is limited to the principal's workspaces);
-    SetRetentionPreference requires role `admin`; RunManualPurge requires a principal
-    authorized for the workspace.
+    SetRetentionPreference requires role `admin` and a deployment-wide principal;
+    RunManualPurge requires role `service` or `admin` authorized for the workspace
+    (SEC-3; the table is services/maintenance/authorization.py, shown in docs/auth.md).
     """
 
     def GetRetentionPreference(self, request, context):
@@ -152,8 +154,9 @@ class MaintenanceService:
     """MaintenanceService manages tombstone retention and permanent deletion. Every call is
     authenticated from call metadata (SEC-1). Reads are open to any authenticated
     principal (workspace-specific detail is limited to the principal's workspaces);
-    SetRetentionPreference requires role `admin`; RunManualPurge requires a principal
-    authorized for the workspace.
+    SetRetentionPreference requires role `admin` and a deployment-wide principal;
+    RunManualPurge requires role `service` or `admin` authorized for the workspace
+    (SEC-3; the table is services/maintenance/authorization.py, shown in docs/auth.md).
     """
 
     @staticmethod

@@ -43,8 +43,9 @@ class MaintenanceServiceStub:
     """MaintenanceService manages tombstone retention and permanent deletion. Every call is
     authenticated from call metadata (SEC-1). Reads are open to any authenticated
     principal (workspace-specific detail is limited to the principal's workspaces);
-    SetRetentionPreference requires role `admin`; RunManualPurge requires a principal
-    authorized for the workspace.
+    SetRetentionPreference requires role `admin` and a deployment-wide principal;
+    RunManualPurge requires role `service` or `admin` authorized for the workspace
+    (SEC-3; the table is services/maintenance/authorization.py, shown in docs/auth.md).
     """
 
     @_typing.overload
@@ -89,8 +90,9 @@ class MaintenanceServiceAsyncStub(MaintenanceServiceStub):
     """MaintenanceService manages tombstone retention and permanent deletion. Every call is
     authenticated from call metadata (SEC-1). Reads are open to any authenticated
     principal (workspace-specific detail is limited to the principal's workspaces);
-    SetRetentionPreference requires role `admin`; RunManualPurge requires a principal
-    authorized for the workspace.
+    SetRetentionPreference requires role `admin` and a deployment-wide principal;
+    RunManualPurge requires role `service` or `admin` authorized for the workspace
+    (SEC-3; the table is services/maintenance/authorization.py, shown in docs/auth.md).
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -131,8 +133,9 @@ class MaintenanceServiceServicer(metaclass=_abc_1.ABCMeta):
     """MaintenanceService manages tombstone retention and permanent deletion. Every call is
     authenticated from call metadata (SEC-1). Reads are open to any authenticated
     principal (workspace-specific detail is limited to the principal's workspaces);
-    SetRetentionPreference requires role `admin`; RunManualPurge requires a principal
-    authorized for the workspace.
+    SetRetentionPreference requires role `admin` and a deployment-wide principal;
+    RunManualPurge requires role `service` or `admin` authorized for the workspace
+    (SEC-3; the table is services/maintenance/authorization.py, shown in docs/auth.md).
     """
 
     @_abc_1.abstractmethod

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import (
     BigInteger,
+    ColumnElement,
     Text,
     and_,
     delete,
@@ -27,7 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import aliased
+from sqlalchemy.orm import InstrumentedAttribute, aliased
 
 from services.host import activity_log
 from services.host.activity_store.runtime_commands import SessionRoute
@@ -49,11 +50,28 @@ __all__ = [
     "DeletionRepository",
     "PurgeCandidate",
     "TreeRow",
+    "WorkspaceFilter",
     "session_records",
 ]
 
 _CHUNK = 500
 _ARRAY_CHUNK = 5_000
+
+
+WorkspaceFilter = str | frozenset[str] | None
+"""Which workspaces a cross-workspace read or purge covers: one workspace, a set (a scoped
+caller's own workspaces, SEC-1), or ``None`` for every workspace (a deployment-wide caller)."""
+
+
+def workspace_clause(
+    column: InstrumentedAttribute[str], workspaces: WorkspaceFilter
+) -> ColumnElement[bool] | None:
+    """The ``WHERE`` term restricting ``column`` to ``workspaces`` (``None``: no restriction)."""
+    if workspaces is None:
+        return None
+    if isinstance(workspaces, str):
+        return column == workspaces
+    return column.in_(sorted(workspaces))
 
 
 def _chunks(values: Sequence[str]) -> Iterator[list[str]]:
@@ -467,7 +485,7 @@ class DeletionRepository(IdSetStatements):
 
     async def purge_candidates(
         self,
-        workspace_id: str | None,
+        workspaces: WorkspaceFilter,
         cutoff_unix_ms: int | None,
         *,
         after: tuple[int, str, str] | None,
@@ -495,8 +513,9 @@ class DeletionRepository(IdSetStatements):
             Session.deleted_at_unix_ms.is_not(None),
             or_(Session.parent_session_id.is_(None), live_parent),
         )
-        if workspace_id is not None:
-            statement = statement.where(Session.workspace_id == workspace_id)
+        restrict = workspace_clause(Session.workspace_id, workspaces)
+        if restrict is not None:
+            statement = statement.where(restrict)
         if cutoff_unix_ms is not None:
             statement = statement.where(Session.deleted_at_unix_ms <= cutoff_unix_ms)
         if after is not None:
@@ -603,7 +622,7 @@ class DeletionRepository(IdSetStatements):
     # ----------------------------------------------------------------- cleanup outbox
 
     async def pending_cleanups(
-        self, workspace_id: str | None, *, after: tuple[int, str, str] | None, limit: int
+        self, workspaces: WorkspaceFilter, *, after: tuple[int, str, str] | None, limit: int
     ) -> list[CleanupRow]:
         """Pending outbox rows with ownership facts, ``(purged_at, workspace, session)`` order."""
         owner = aliased(Session)
@@ -629,8 +648,9 @@ class DeletionRepository(IdSetStatements):
             owned.label("owned"),
             other.label("other"),
         )
-        if workspace_id is not None:
-            statement = statement.where(ResourceCleanupOutbox.workspace_id == workspace_id)
+        restrict = workspace_clause(ResourceCleanupOutbox.workspace_id, workspaces)
+        if restrict is not None:
+            statement = statement.where(restrict)
         if after is not None:
             purged_at, ws, sid = after
             statement = statement.where(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentactivity.host.v1 import host_pb2
-from grpcserver.auth import Role, current_principal
+from grpcserver.authorization import current_scope
 from services.host.activity_state import read_activity_state
 from services.host.context import HostContext
 
@@ -20,13 +20,10 @@ class ActivityRpcs:
     ) -> host_pb2.GetActivityStateResponse:
         """Report active Turns overall and per workspace (HOST-ACT-1).
 
-        Without ``workspace_id`` the answer spans every workspace, which only a
-        ``service`` or ``admin`` principal may ask.
+        Without ``workspace_id`` the answer spans the principal's workspaces (every
+        workspace only for a deployment-wide principal): the scope the interceptor bound.
         """
-        workspace_id = request.workspace_id if request.HasField("workspace_id") else None
-        if workspace_id is None:
-            current_principal().require_role(Role.SERVICE, Role.ADMIN)
-        state = await read_activity_state(self.ctx.database, workspace_id)
+        state = await read_activity_state(self.ctx.database, current_scope().workspaces)
         return host_pb2.GetActivityStateResponse(
             any_turn_active=state.any_turn_active,
             active_turn_count=state.active_turn_count,

@@ -6,7 +6,7 @@ from typing import Any
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2
-from grpcserver.auth import Role, current_principal
+from grpcserver.authorization import current_scope
 from services.host import cleanup_outbox, deletion, purge, restore
 from services.host.context import HostContext
 from services.host.wire.projection import session_to_proto
@@ -48,8 +48,9 @@ def deletion_result_to_proto(result: deletion.DeletionResult) -> host_pb2.Sessio
 class DeletionRpcs:
     """Serves delete, restore, purge and cleanup-outbox RPCs.
 
-    The interceptor checks a set ``workspace_id``; the RPCs whose ``workspace_id`` is optional
-    demand the ``service`` or ``admin`` role when it is unset.
+    The interceptor enforces the declared roles and workspace (``services/host/authorization.py``);
+    an RPC whose ``workspace_id`` is optional acts on the scope it bound: that workspace, or
+    the principal's workspaces when unset (every workspace only for a deployment-wide one).
     """
 
     ctx: HostContext
@@ -108,14 +109,15 @@ class DeletionRpcs:
         self, request: host_pb2.PurgeDeletedSessionsRequest, context: Any
     ) -> host_pb2.PurgeDeletedSessionsResponse:
         """Remove whole restorable trees past the cutoff, within the bounds (HOST-DEL-9)."""
-        workspace_id = request.workspace_id if request.HasField("workspace_id") else None
-        if workspace_id is None:
-            current_principal().require_role(Role.SERVICE, Role.ADMIN)
         bounds = purge.PurgeBounds.from_request(
             request.max_trees, request.max_rows, request.max_bytes
         )
         report = await purge.purge_deleted_sessions(
-            self.ctx, workspace_id, request.cutoff_unix_ms, bounds, dry_run=request.dry_run
+            self.ctx,
+            current_scope().workspaces,
+            request.cutoff_unix_ms,
+            bounds,
+            dry_run=request.dry_run,
         )
         return host_pb2.PurgeDeletedSessionsResponse(
             purged=[
@@ -150,11 +152,8 @@ class DeletionRpcs:
         self, request: host_pb2.ListPendingResourceCleanupsRequest, context: Any
     ) -> host_pb2.ListPendingResourceCleanupsResponse:
         """Pending cleanup rows with their ownership facts (HOST-CLEAN-1)."""
-        workspace_id = request.workspace_id if request.HasField("workspace_id") else None
-        if workspace_id is None:
-            current_principal().require_role(Role.SERVICE, Role.ADMIN)
         page = await cleanup_outbox.list_pending_cleanups(
-            self.ctx, workspace_id, request.cursor, request.limit
+            self.ctx, current_scope().workspaces, request.cursor, request.limit
         )
         return host_pb2.ListPendingResourceCleanupsResponse(
             cleanups=[

@@ -19,7 +19,7 @@ from google.protobuf import json_format
 
 from agentactivity.host.v1 import runtime_pb2
 from domainerrors import Aborted, FailedPrecondition, Unavailable
-from grpcserver.auth import Role, current_principal
+from grpcserver.auth import current_principal
 from services.host import runtime_link
 from services.host.context import HostContext
 from services.host.runtime_registry import RuntimeLinkHandle
@@ -53,11 +53,11 @@ class RuntimeLinkRpcs:
     ) -> AsyncIterator[runtime_pb2.RuntimeLinkResponse]:
         """Accept a runtime's hello, then exchange commands and reports (HOST-RT-1).
 
-        Only ``service`` (and ``admin``) principals may serve targets; reports are
-        limited to the token's workspaces.
+        Only ``service`` (and ``admin``) principals may serve targets (declared in
+        ``services/host/authorization.py``, enforced by the interceptor); reports and
+        deltas are limited to the token's workspaces.
         """
         principal = current_principal()
-        principal.require_role(Role.SERVICE, Role.ADMIN)
         first = await anext(aiter(request_iterator), None)
         if first is None:
             return

@@ -6,7 +6,6 @@ from typing import Any
 
 from agentactivity.host.v1 import host_pb2
 from domainerrors import InvalidArgument
-from grpcserver.auth import Role, current_principal
 from services.host import targets
 from services.host.context import HostContext
 from services.host.mention_catalog import read_mention_catalog
@@ -128,8 +127,10 @@ class TargetRpcs:
     async def RegisterAgentTarget(
         self, request: host_pb2.RegisterAgentTargetRequest, context: Any
     ) -> host_pb2.RegisterAgentTargetResponse:
-        """Create or replace a deployment-wide target (HOST-TGT-1); ``service``/``admin``."""
-        current_principal().require_role(Role.SERVICE, Role.ADMIN)
+        """Create or replace a deployment-wide target (HOST-TGT-1).
+
+        ``service``/``admin`` with a deployment-wide token (``services/host/authorization.py``).
+        """
         if not request.HasField("target"):
             raise InvalidArgument.for_field("target", "is required")
         stored, created = await targets.register_target(self.ctx, target_from_proto(request.target))
@@ -148,8 +149,7 @@ class TargetRpcs:
     async def SetAgentTargetEnabled(
         self, request: host_pb2.SetAgentTargetEnabledRequest, context: Any
     ) -> host_pb2.SetAgentTargetEnabledResponse:
-        """Enable or disable a target (HOST-TGT-1); ``service``/``admin``."""
-        current_principal().require_role(Role.SERVICE, Role.ADMIN)
+        """Enable or disable a target (HOST-TGT-1); as ``RegisterAgentTarget``."""
         stored = await targets.set_target_enabled(
             self.ctx, request.agent_target_id, request.enabled
         )

@@ -7,9 +7,9 @@ from typing import Any
 
 from agentactivity.host.v1 import activity_pb2, host_pb2
 from domainerrors import InvalidArgument
-from grpcserver.auth import Role, current_principal
 from services.host.activity_feed import WatchDelta, WatchReady, watch_activity
 from services.host.context import HostContext
+from services.host.cursors import checked_cursor
 from services.host.wire.activity_codec import fill_delta, stored_to_proto
 
 CURSOR_BOUND = 2**53 - 1
@@ -25,15 +25,11 @@ class WatchRpcs:
     ) -> AsyncIterator[host_pb2.WatchActivityResponse]:
         """Stream a workspace's feed: ready marker, durable catch-up, then live events.
 
-        Auth: ``service`` or ``admin`` with access to the workspace (livestream is the
-        consumer). Errors: INVALID_ARGUMENT (missing workspace, cursor above 2^53-1),
-        OUT_OF_RANGE ``EVENT_CURSOR_EXPIRED``, RESOURCE_EXHAUSTED ``WATCH_CONSUMER_TOO_SLOW``.
+        Auth (declared in ``services/host/authorization.py``, enforced by the interceptor):
+        ``service`` or ``admin`` with access to the workspace (livestream is the consumer).
+        Errors: INVALID_ARGUMENT (missing workspace, cursor above 2^53-1), OUT_OF_RANGE
+        ``EVENT_CURSOR_EXPIRED``, RESOURCE_EXHAUSTED ``WATCH_CONSUMER_TOO_SLOW``.
         """
-        principal = current_principal()
-        principal.require_role(Role.SERVICE, Role.ADMIN)
-        if not request.workspace_id:
-            raise InvalidArgument.for_field("workspace_id", "workspace_id is required")
-        principal.require_workspace(request.workspace_id)
         after = request.after_event_id if request.HasField("after_event_id") else None
         if after is not None and not 0 <= after <= CURSOR_BOUND:
             raise InvalidArgument.for_field(
@@ -46,8 +42,10 @@ class WatchRpcs:
                 yield host_pb2.WatchActivityResponse(
                     ready=activity_pb2.ActivityStreamReady(
                         workspace_id=item.workspace_id,
-                        head_event_id=item.head_event_id,
-                        oldest_retained_event_id=item.oldest_retained_event_id,
+                        head_event_id=checked_cursor(item.head_event_id, field="head_event_id"),
+                        oldest_retained_event_id=checked_cursor(
+                            item.oldest_retained_event_id, field="oldest_retained_event_id"
+                        ),
                     )
                 )
             elif isinstance(item, WatchDelta):

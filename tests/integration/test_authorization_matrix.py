@@ -1,0 +1,887 @@
+"""Every RPC x every principal x every workspace and credential case, on real servers (SEC-3).
+
+For each served RPC of each service the expected authorization is written down here by
+hand (:data:`RPCS`: roles, workspace source, deployment-wide writes), independently of
+the declarations in ``services/<name>/authorization.py``; a separate test checks the two
+agree, so a changed declaration needs a changed expectation. Each case sends a
+valid-shaped request over a real socket (``live_server``) as one principal and checks:
+
+- the exact status code and ``ErrorInfo`` reason of a refusal (and the field violation
+  of a missing workspace);
+- that a refused call changed nothing: every row of every store table (the activity
+  event log included) reads back the same as before the call;
+- that an admitted call was not refused by authentication or authorization (it may
+  still fail on its own terms: NOT_FOUND, UNIMPLEMENTED ...), and never with INTERNAL or
+  UNKNOWN.
+
+Cases per RPC: each of five principals (device, service and admin scoped to ``ws-1``;
+deployment-wide service and admin) x own workspace (``ws-1``), foreign workspace
+(``ws-2``) and workspace unset — one case for an RPC on deployment-wide records — plus no
+token, a malformed header, an unknown token and an expired token. Every service runs on
+SQLite and Postgres; :data:`CASES_PER_BACKEND` is the total.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+from sqlalchemy import Engine, select, update
+
+from agentactivity.appcenter.v1 import appcenter_pb2, appcenter_pb2_grpc
+from agentactivity.canonical.v1 import canonical_pb2
+from agentactivity.host.v1 import host_pb2, host_pb2_grpc, runtime_pb2, runtime_pb2_grpc
+from agentactivity.issuemanager.v1 import issuemanager_pb2, issuemanager_pb2_grpc
+from agentactivity.livestream.v1 import livestream_pb2, livestream_pb2_grpc
+from agentactivity.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
+from agentactivity.refresolve.v1 import refresolve_pb2, refresolve_pb2_grpc
+from grpcserver.authorization import MethodPolicy, WorkspaceSource
+from store.models import Base, Session
+from tests.support.host_sessions import demo_target
+from tests.support.servers import LiveServer, auth_metadata, token_for
+from tests.support.session_trees import add_tree
+
+OWN, FOREIGN = "ws-1", "ws-2"
+
+
+class Ws(enum.Enum):
+    """Where an RPC's workspace comes from (hand-written, mirrors WorkspaceSource)."""
+
+    FIELD = "field"
+    OPTIONAL = "optional_field"
+    FIRST = "first_message"
+    FRAME = "each_frame"
+    DEPLOYMENT = "deployment"
+
+
+ALL = frozenset({"device", "service", "admin"})
+OPS = frozenset({"service", "admin"})
+ADMIN = frozenset({"admin"})
+DEVICE_ADMIN = frozenset({"device", "admin"})
+
+
+@dataclass(frozen=True)
+class Principal:
+    """A test principal of principals.yaml: its role and whether it is deployment-wide."""
+
+    name: str
+    role: str
+    wide: bool
+
+
+PRINCIPALS = (
+    Principal("ws1-device", "device", wide=False),
+    Principal("ws1-service", "service", wide=False),
+    Principal("ws1-admin", "admin", wide=False),
+    Principal("service", "service", wide=True),
+    Principal("admin", "admin", wide=True),
+)
+
+CREDENTIALS: dict[str, tuple[tuple[tuple[str, str], ...], str]] = {
+    "no token": ((), "MISSING_CREDENTIALS"),
+    "malformed header": ((("authorization", "Basic dXNlcjpwdw=="),), "MALFORMED_CREDENTIALS"),
+    "bad token": ((("authorization", "Bearer not-a-registered-token"),), "INVALID_CREDENTIALS"),
+    "expired token": (auth_metadata("expired-admin"), "EXPIRED_CREDENTIALS"),
+}
+
+AUTH_REASONS = {
+    "MISSING_CREDENTIALS",
+    "MALFORMED_CREDENTIALS",
+    "INVALID_CREDENTIALS",
+    "EXPIRED_CREDENTIALS",
+    "METHOD_NOT_DECLARED",
+    "ROLE_NOT_ALLOWED",
+    "WORKSPACE_SCOPE_MISMATCH",
+    "DEPLOYMENT_SCOPE_REQUIRED",
+}
+
+Build = Callable[[str | None], Any]
+"""Request (or list of stream frames) for a workspace; ``None`` leaves the workspace unset."""
+
+
+@dataclass(frozen=True)
+class Rpc:
+    """One RPC with its hand-written expected authorization and a valid-shaped request."""
+
+    server: str
+    stub: Callable[[grpc.Channel], Any]
+    service: str
+    method: str
+    roles: frozenset[str]
+    workspace: Ws
+    build: Build
+    wide_only: bool = False
+    field: str = "workspace_id"
+    shape: str = "unary"  # unary | server_stream | bidi
+
+    @property
+    def path(self) -> str:
+        return f"/{self.service}/{self.method}"
+
+
+def _ws(ws: str | None, **fields: Any) -> dict[str, Any]:
+    return fields if ws is None else {"workspace_id": ws, **fields}
+
+
+_counter = itertools.count()
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}-{next(_counter)}"
+
+
+def _host(method: str, roles: frozenset[str], ws: Ws, build: Build, **kw: Any) -> Rpc:
+    return Rpc(
+        "host",
+        host_pb2_grpc.HostServiceStub,
+        "agentactivity.host.v1.HostService",
+        method,
+        roles,
+        ws,
+        build,
+        **kw,
+    )
+
+
+def _req(message: type[Message], **fixed: Any) -> Build:
+    """A request of ``message`` with ``fixed`` fields and the workspace (when set)."""
+
+    def build(ws: str | None) -> Any:
+        return message(**_ws(ws, **fixed))
+
+    return build
+
+
+AGENT = canonical_pb2.COMPOSER_MODE_AGENT
+HOST_RPCS = [
+    _host(
+        "RegisterAgentTarget",
+        OPS,
+        Ws.DEPLOYMENT,
+        wide_only=True,
+        build=lambda ws: host_pb2.RegisterAgentTargetRequest(target=demo_target("authz")),
+    ),
+    _host("ListAgentTargets", ALL, Ws.DEPLOYMENT, build=_req(host_pb2.ListAgentTargetsRequest)),
+    _host(
+        "SetAgentTargetEnabled",
+        OPS,
+        Ws.DEPLOYMENT,
+        wide_only=True,
+        build=lambda ws: host_pb2.SetAgentTargetEnabledRequest(
+            agent_target_id="demo", enabled=True
+        ),
+    ),
+    _host(
+        "GetMentionCatalog",
+        ALL,
+        Ws.FIELD,
+        _req(host_pb2.GetMentionCatalogRequest, session_id="s-1", mode=AGENT),
+    ),
+    _host(
+        "AddProject",
+        ALL,
+        Ws.FIELD,
+        _req(host_pb2.AddProjectRequest, section_key="authz", label="Authz", path="/w/authz"),
+    ),
+    _host("ListProjects", ALL, Ws.FIELD, _req(host_pb2.ListProjectsRequest)),
+    _host(
+        "RemoveProject",
+        ALL,
+        Ws.FIELD,
+        _req(host_pb2.RemoveProjectRequest, section_key="no-such-project"),
+    ),
+    _host(
+        "CreateSession",
+        ALL,
+        Ws.FIELD,
+        lambda ws: host_pb2.CreateSessionRequest(
+            **_ws(ws, agent_target_id="demo", session_id=_unique("authz"), title="t", cwd="/w/app")
+        ),
+    ),
+    _host("GetSession", ALL, Ws.FIELD, _req(host_pb2.GetSessionRequest, session_id="s-1")),
+    _host(
+        "ListSessionSections",
+        ALL,
+        Ws.FIELD,
+        _req(host_pb2.ListSessionSectionsRequest, page_size=10),
+    ),
+    _host(
+        "ListSessionSectionPage",
+        ALL,
+        Ws.FIELD,
+        _req(host_pb2.ListSessionSectionPageRequest, section_key="conversations", limit=10),
+    ),
+    _host(
+        "ListPinnedSessionsPage",
+        ALL,
+        Ws.FIELD,
+        _req(host_pb2.ListPinnedSessionsPageRequest, limit=10),
+    ),
+    _host(
+        "SearchSessions",
+        ALL,
+        Ws.FIELD,
+        _req(host_pb2.SearchSessionsRequest, search_query="title", limit=10),
+    ),
+    _host(
+        "ListSectionDeletionCandidates",
+        ALL,
+        Ws.FIELD,
+        _req(host_pb2.ListSectionDeletionCandidatesRequest, section_key="conversations"),
+    ),
+    _host(
+        "RenameSession",
+        ALL,
+        Ws.FIELD,
+        _req(host_pb2.RenameSessionRequest, session_id="s-1", title="renamed"),
+    ),
+    _host(
+        "SetSessionPinned",
+        ALL,
+        Ws.FIELD,
+        _req(host_pb2.SetSessionPinnedRequest, session_id="s-1", pinned=True),
+    ),
+    _host(
+        "UpdateSessionSettings",
+        ALL,
+        Ws.FIELD,
+        _req(
+            host_pb2.UpdateSessionSettingsRequest,
+            session_id="s-1",
+            settings=canonical_pb2.SessionSettings(model="fast"),
+        ),
+    ),
+    _host(
+        "SendInput",
+        ALL,
+        Ws.FIELD,
+        _req(
+            host_pb2.SendInputRequest,
+            session_id="s-1",
+            client_submit_id="c-1",
+            delivery=canonical_pb2.DELIVERY_MODE_NEW_TURN,
+            mode=AGENT,
+            content="hi",
+        ),
+    ),
+    _host(
+        "StopTurn", ALL, Ws.FIELD, _req(host_pb2.StopTurnRequest, session_id="s-1", turn_id="t-1")
+    ),
+    _host(
+        "ListSessionTurns",
+        ALL,
+        Ws.FIELD,
+        _req(host_pb2.ListSessionTurnsRequest, session_id="s-1", limit=10),
+    ),
+    _host(
+        "ListSessionMessages",
+        ALL,
+        Ws.FIELD,
+        _req(host_pb2.ListSessionMessagesRequest, session_id="s-1", limit=10),
+    ),
+    _host(
+        "SubmitInteractionResponse",
+        ALL,
+        Ws.FIELD,
+        _req(
+            host_pb2.SubmitInteractionResponseRequest,
+            session_id="s-1",
+            turn_id="t-1",
+            request_id="q-1",
+            action="allow",
+            idempotency_key="k-1",
+        ),
+    ),
+    _host(
+        "GetInteractionResponseOperation",
+        ALL,
+        Ws.FIELD,
+        _req(host_pb2.GetInteractionResponseOperationRequest, operation_id="op-1"),
+    ),
+    _host("ListAttentionItems", ALL, Ws.FIELD, _req(host_pb2.ListAttentionItemsRequest)),
+    _host(
+        "DeleteSessions", ALL, Ws.FIELD, _req(host_pb2.DeleteSessionsRequest, session_ids=["s-1"])
+    ),
+    _host(
+        "ListDeletedSessions", ALL, Ws.FIELD, _req(host_pb2.ListDeletedSessionsRequest, limit=10)
+    ),
+    _host(
+        "RestoreDeletedSession",
+        ALL,
+        Ws.FIELD,
+        _req(host_pb2.RestoreDeletedSessionRequest, session_id="s-del"),
+    ),
+    _host(
+        "PurgeDeletedSessions",
+        OPS,
+        Ws.OPTIONAL,
+        _req(host_pb2.PurgeDeletedSessionsRequest, cutoff_unix_ms=2**53 - 1, max_trees=1000),
+    ),
+    _host(
+        "PurgeWorkspaceTombstones",
+        OPS,
+        Ws.FIELD,
+        _req(host_pb2.PurgeWorkspaceTombstonesRequest, max_components=100),
+    ),
+    _host(
+        "ListPendingResourceCleanups",
+        OPS,
+        Ws.OPTIONAL,
+        _req(host_pb2.ListPendingResourceCleanupsRequest, limit=100),
+    ),
+    _host(
+        "CompleteResourceCleanup",
+        OPS,
+        Ws.FIELD,
+        _req(host_pb2.CompleteResourceCleanupRequest, session_id="s-gone"),
+    ),
+    _host("GetActivityState", ALL, Ws.OPTIONAL, _req(host_pb2.GetActivityStateRequest)),
+    _host(
+        "WatchActivity", OPS, Ws.FIELD, _req(host_pb2.WatchActivityRequest), shape="server_stream"
+    ),
+    _host(
+        "ControlGoal",
+        ALL,
+        Ws.FIELD,
+        _req(
+            host_pb2.ControlGoalRequest,
+            session_id="s-1",
+            client_submit_id="g-1",
+            action=host_pb2.GOAL_ACTION_PAUSE,
+        ),
+    ),
+    _host(
+        "SubmitPlanDecision",
+        ALL,
+        Ws.FIELD,
+        _req(
+            host_pb2.SubmitPlanDecisionRequest,
+            session_id="s-1",
+            turn_id="t-1",
+            request_id="q-1",
+            decision=host_pb2.PLAN_DECISION_DISMISS,
+            idempotency_key="k-1",
+        ),
+    ),
+    _host(
+        "ImportTranscript",
+        ALL,
+        Ws.FIELD,
+        _req(
+            host_pb2.ImportTranscriptRequest,
+            agent_target_id="demo",
+            source_ref="src-1",
+            cwd="/w/app",
+        ),
+    ),
+    _host(
+        "ForkSession",
+        ALL,
+        Ws.FIELD,
+        _req(
+            host_pb2.ForkSessionRequest, session_id="s-1", through_turn_id="t-1", client_op_id="f-1"
+        ),
+    ),
+    _host("GetOperation", ALL, Ws.FIELD, _req(host_pb2.GetOperationRequest, operation_id="op-1")),
+]
+
+
+def _runtime_frames(ws: str | None) -> list[runtime_pb2.RuntimeLinkRequest]:
+    hello = runtime_pb2.RuntimeHello(
+        runtime_id=_unique("rt-authz"),
+        runtime_instance_id="i-1",
+        protocol_revision=1,
+        providers=["demo-provider"],
+    )
+    report = runtime_pb2.RuntimeReport(
+        report_id=_unique("r"), workspace_id=ws or "", session_id="s-1"
+    )
+    return [
+        runtime_pb2.RuntimeLinkRequest(hello=hello),
+        runtime_pb2.RuntimeLinkRequest(report=report),
+    ]
+
+
+def _device_frames(ws: str | None) -> list[livestream_pb2.DeviceLinkRequest]:
+    hello = livestream_pb2.ClientHello(
+        protocol_revision=livestream_pb2.LIVE_PROTOCOL_REVISION_1,
+        device_id="device-1",
+        workspace_ids=[] if ws is None else [ws],
+    )
+    return [livestream_pb2.DeviceLinkRequest(hello=hello)]
+
+
+def _app_tree(ws: str | None) -> Any:
+    return json_format.ParseDict(
+        {
+            **({} if ws is None else {"workspaceId": ws}),
+            "apps": [
+                {
+                    "appId": "app-authz",
+                    "displayName": "Authz",
+                    "groups": [{"groupId": "g-1", "displayName": "G"}],
+                }
+            ],
+        },
+        appcenter_pb2.LoadAppsRequest(),
+    )
+
+
+def _topic_tree(ws: str | None) -> Any:
+    return json_format.ParseDict(
+        {
+            **({} if ws is None else {"workspaceId": ws}),
+            "topics": [
+                {
+                    "topicId": "t-authz",
+                    "title": "Authz",
+                    "issues": [
+                        {
+                            "issueId": "i-1",
+                            "title": "I",
+                            "createdAtUnixMs": "1",
+                            "updatedAtUnixMs": "1",
+                        }
+                    ],
+                }
+            ],
+        },
+        issuemanager_pb2.LoadTopicsRequest(),
+    )
+
+
+def _mention(ws: str | None) -> Any:
+    uri = f"mention://workspace-reference/app-1?source=app&workspaceId={ws or OWN}"
+    return refresolve_pb2.ResolveMentionRequest(**_ws(ws, uri=uri))
+
+
+def _rpc(server: str, stub: Any, service: str) -> Callable[..., Rpc]:
+    def make(method: str, roles: frozenset[str], ws: Ws, build: Build, **kw: Any) -> Rpc:
+        return Rpc(server, stub, service, method, roles, ws, build, **kw)
+
+    return make
+
+
+_link = _rpc(
+    "host", runtime_pb2_grpc.RuntimeLinkServiceStub, "agentactivity.host.v1.RuntimeLinkService"
+)
+_ref = _rpc(
+    "refresolve",
+    refresolve_pb2_grpc.ReferenceServiceStub,
+    "agentactivity.refresolve.v1.ReferenceService",
+)
+_live = _rpc(
+    "livestream",
+    livestream_pb2_grpc.DeviceLinkServiceStub,
+    "agentactivity.livestream.v1.DeviceLinkService",
+)
+_maint = _rpc(
+    "maintenance",
+    maintenance_pb2_grpc.MaintenanceServiceStub,
+    "agentactivity.maintenance.v1.MaintenanceService",
+)
+_apps = _rpc(
+    "appcenter",
+    appcenter_pb2_grpc.AppCenterServiceStub,
+    "agentactivity.appcenter.v1.AppCenterService",
+)
+_issues = _rpc(
+    "issuemanager",
+    issuemanager_pb2_grpc.IssueManagerServiceStub,
+    "agentactivity.issuemanager.v1.IssueManagerService",
+)
+
+RPCS: list[Rpc] = [
+    *HOST_RPCS,
+    _link("RuntimeLink", OPS, Ws.FRAME, _runtime_frames, shape="bidi"),
+    _ref(
+        "ListReferences",
+        ALL,
+        Ws.FIELD,
+        _req(
+            refresolve_pb2.ListReferencesRequest,
+            source=refresolve_pb2.REFERENCE_SOURCE_APP,
+            id="app-1",
+            limit=10,
+        ),
+    ),
+    _ref("ResolveMention", ALL, Ws.FIELD, _mention),
+    _ref(
+        "ExpandMentions",
+        ALL,
+        Ws.FIELD,
+        _req(refresolve_pb2.ExpandMentionsRequest, text="no mentions here", limit_per_mention=5),
+    ),
+    _ref("GetReferenceSkill", ALL, Ws.FIELD, _req(refresolve_pb2.GetReferenceSkillRequest)),
+    _live(
+        "DeviceLink",
+        DEVICE_ADMIN,
+        Ws.FIRST,
+        _device_frames,
+        field="hello.workspace_ids",
+        shape="bidi",
+    ),
+    _live(
+        "ListPublishers",
+        DEVICE_ADMIN,
+        Ws.OPTIONAL,
+        _req(livestream_pb2.ListPublishersRequest, page_size=10),
+    ),
+    _maint(
+        "GetRetentionPreference",
+        ALL,
+        Ws.DEPLOYMENT,
+        _req(maintenance_pb2.GetRetentionPreferenceRequest),
+    ),
+    _maint(
+        "SetRetentionPreference",
+        ADMIN,
+        Ws.DEPLOYMENT,
+        wide_only=True,
+        build=lambda ws: maintenance_pb2.SetRetentionPreferenceRequest(
+            retention=maintenance_pb2.RETENTION_PERIOD_30_DAYS
+        ),
+    ),
+    _maint(
+        "RunManualPurge",
+        OPS,
+        Ws.FIELD,
+        _req(maintenance_pb2.RunManualPurgeRequest, scope=maintenance_pb2.PURGE_SCOPE_WORKSPACE),
+    ),
+    _maint(
+        "GetMaintenanceStatus",
+        ALL,
+        Ws.OPTIONAL,
+        field="preview_workspace_id",
+        build=lambda ws: maintenance_pb2.GetMaintenanceStatusRequest(
+            **({} if ws is None else {"preview_workspace_id": ws})
+        ),
+    ),
+    _apps(
+        "ListReferences",
+        ALL,
+        Ws.FIELD,
+        _req(appcenter_pb2.ListReferencesRequest, app_id="app-1", page_size=10),
+    ),
+    _apps("LoadApps", ADMIN, Ws.FIELD, _app_tree),
+    _apps(
+        "DeleteApp",
+        ADMIN,
+        Ws.FIELD,
+        _req(appcenter_pb2.DeleteAppRequest, app_id="app-gone", allow_missing=True),
+    ),
+    _issues(
+        "GetIssueDetail",
+        ALL,
+        Ws.FIELD,
+        _req(issuemanager_pb2.GetIssueDetailRequest, issue_id="i-1", topic_id="t-1"),
+    ),
+    _issues(
+        "SearchIssueOutputs",
+        ALL,
+        Ws.FIELD,
+        _req(
+            issuemanager_pb2.SearchIssueOutputsRequest, topic_id="t-1", query="notes", page_size=10
+        ),
+    ),
+    _issues("LoadTopics", ADMIN, Ws.FIELD, _topic_tree),
+    _issues(
+        "DeleteTopic",
+        ADMIN,
+        Ws.FIELD,
+        _req(issuemanager_pb2.DeleteTopicRequest, topic_id="t-gone", allow_missing=True),
+    ),
+]
+
+SERVERS = ("host", "refresolve", "livestream", "maintenance", "appcenter", "issuemanager")
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The expected outcome: a refusal (code, reason, violated field) or admission."""
+
+    code: grpc.StatusCode | None = None
+    reason: str = ""
+    field: str | None = None
+
+    @property
+    def refused(self) -> bool:
+        return self.code is not None
+
+
+ADMITTED = Expected()
+
+
+def _workspace_cases(rpc: Rpc) -> tuple[str, ...]:
+    return ("none",) if rpc.workspace is Ws.DEPLOYMENT else ("own", "foreign", "unset")
+
+
+def expected(rpc: Rpc, principal: Principal, case: str) -> Expected:
+    """The hand-written rules (docs/auth.md "Rules"), applied to one case."""
+    denied = grpc.StatusCode.PERMISSION_DENIED
+    if principal.role not in rpc.roles:
+        return Expected(denied, "ROLE_NOT_ALLOWED")
+    if rpc.workspace is Ws.DEPLOYMENT:
+        if rpc.wide_only and not principal.wide:
+            return Expected(denied, "DEPLOYMENT_SCOPE_REQUIRED")
+        return ADMITTED
+    if case == "own" or (case == "foreign" and principal.wide):
+        return ADMITTED
+    if case == "foreign":
+        return Expected(denied, "WORKSPACE_SCOPE_MISMATCH")
+    # The workspace is unset.
+    if rpc.workspace is Ws.OPTIONAL:
+        return ADMITTED  # scoped to the principal's own workspaces (test_authorization_scope)
+    if rpc.workspace is Ws.FRAME:  # a frame naming no workspace is outside a scoped token
+        return ADMITTED if principal.wide else Expected(denied, "WORKSPACE_SCOPE_MISMATCH")
+    return Expected(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", rpc.field)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One call of the matrix."""
+
+    rpc: Rpc
+    who: str
+    workspace: str
+    metadata: tuple[tuple[str, str], ...]
+    expect: Expected
+
+    @property
+    def label(self) -> str:
+        service = self.rpc.service.rsplit(".", 1)[1]
+        return f"{service}.{self.rpc.method} as {self.who} ({self.workspace})"
+
+
+def cases_for(rpc: Rpc) -> list[Case]:
+    """Every case of one RPC: principals x workspace cases, then the credential cases."""
+    found = [
+        Case(
+            rpc, principal.name, case, auth_metadata(principal.name), expected(rpc, principal, case)
+        )
+        for principal in PRINCIPALS
+        for case in _workspace_cases(rpc)
+    ]
+    for name, (metadata, reason) in CREDENTIALS.items():
+        found.append(
+            Case(rpc, name, "own", metadata, Expected(grpc.StatusCode.UNAUTHENTICATED, reason))
+        )
+    return found
+
+
+ALL_CASES = [case for rpc in RPCS for case in cases_for(rpc)]
+CASES_PER_BACKEND = len(ALL_CASES)
+
+
+def _workspace_value(case: Case) -> str | None:
+    if case.rpc.workspace is Ws.DEPLOYMENT:
+        return None
+    return {"own": OWN, "foreign": FOREIGN, "none": None, "unset": None}[case.workspace]
+
+
+def _details(error: grpc.RpcError) -> tuple[str, set[str]]:
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    reason, fields = "", set()
+    for detail in status.details if status is not None else ():
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            reason = info.reason
+        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            fields |= {v.field for v in bad.field_violations}
+    return reason, fields
+
+
+def call(channel: grpc.Channel, case: Case) -> tuple[grpc.StatusCode, str, set[str]]:
+    """Make the call; return its code, ErrorInfo reason and violated fields."""
+    rpc = case.rpc
+    method = getattr(rpc.stub(channel), rpc.method)
+    request = rpc.build(_workspace_value(case))
+    try:
+        if rpc.shape == "unary":
+            method(request, metadata=case.metadata, timeout=15)
+        elif rpc.shape == "server_stream":
+            stream = method(request, metadata=case.metadata, timeout=15)
+            try:
+                next(stream)  # admitted: the first frame (the ready marker) arrived
+            finally:
+                stream.cancel()
+        else:
+            for _ in method(iter(request), metadata=case.metadata, timeout=15):
+                pass
+    except grpc.RpcError as error:
+        reason, fields = _details(error)
+        return error.code(), reason, fields
+    return grpc.StatusCode.OK, "", set()
+
+
+def snapshot(engine: Engine) -> dict[str, list[str]]:
+    """Every row of every store table, in a stable order (the activity event log included)."""
+    rows: dict[str, list[str]] = {}
+    with engine.connect() as connection:
+        for table in Base.metadata.sorted_tables:
+            rows[table.name] = sorted(repr(tuple(r)) for r in connection.execute(select(table)))
+    return rows
+
+
+def check(channel: grpc.Channel, engine: Engine, case: Case) -> str | None:
+    """Run one case; a description of what went wrong, or ``None``."""
+    before = snapshot(engine) if case.expect.refused else None
+    code, reason, fields = call(channel, case)
+    want = case.expect
+    if want.refused:
+        got = (code, reason)
+        if got != (want.code, want.reason):
+            return f"{case.label}: expected {want.code} {want.reason}, got {code} {reason}"
+        if want.field is not None and fields != {want.field}:
+            return f"{case.label}: expected a violation of {want.field}, got {sorted(fields)}"
+        after = snapshot(engine)
+        assert before is not None
+        changed = sorted(t for t in after if after[t] != before[t])
+        if changed:
+            return f"{case.label}: refused, but changed {changed}"
+        return None
+    if reason in AUTH_REASONS or (
+        code == grpc.StatusCode.INVALID_ARGUMENT and case.rpc.field in fields
+    ):
+        return f"{case.label}: admitted expected, got {code} {reason} {sorted(fields)}"
+    if code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN):
+        return f"{case.label}: admitted, but failed with {code}"
+    return None
+
+
+# ---------------------------------------------------------------------------- servers
+
+
+def _seed_host(host: LiveServer, engine: Engine) -> None:
+    """A target, live and tombstoned Sessions and cleanup rows in both workspaces."""
+    hosts = host_pb2_grpc.HostServiceStub(host.channel)
+    hosts.RegisterAgentTarget(
+        host_pb2.RegisterAgentTargetRequest(target=demo_target()),
+        metadata=auth_metadata("admin"),
+        timeout=15,
+    )
+    for ws in (OWN, FOREIGN):
+        add_tree(engine, {"s-1": None, "s-del": None, "s-gone": None}, workspace_id=ws)
+        hosts.DeleteSessions(
+            host_pb2.DeleteSessionsRequest(workspace_id=ws, session_ids=["s-del", "s-gone"]),
+            metadata=auth_metadata("admin"),
+            timeout=15,
+        )
+    with engine.begin() as connection:  # s-gone is purged (a cleanup row), s-del stays
+        connection.execute(
+            update(Session).where(Session.session_id == "s-gone").values(deleted_at_unix_ms=1)
+        )
+    hosts.PurgeDeletedSessions(
+        host_pb2.PurgeDeletedSessionsRequest(cutoff_unix_ms=1, max_trees=100),
+        metadata=auth_metadata("service"),
+        timeout=15,
+    )
+
+
+def _seed_backends(apps: LiveServer, issues: LiveServer) -> None:
+    for ws in (OWN, FOREIGN):
+        appcenter_pb2_grpc.AppCenterServiceStub(apps.channel).LoadApps(
+            json_format.ParseDict(
+                {
+                    "workspaceId": ws,
+                    "apps": [
+                        {
+                            "appId": "app-1",
+                            "displayName": "One",
+                            "groups": [{"groupId": "q1", "displayName": "Q1"}],
+                        }
+                    ],
+                },
+                appcenter_pb2.LoadAppsRequest(),
+            ),
+            metadata=auth_metadata("admin"),
+            timeout=15,
+        )
+        issuemanager_pb2_grpc.IssueManagerServiceStub(issues.channel).LoadTopics(
+            _topic_tree(ws), metadata=auth_metadata("admin"), timeout=15
+        )
+
+
+def start(
+    server: str, url: str, engine: Engine, live_server: Callable[..., LiveServer]
+) -> LiveServer:
+    """Start ``server`` (and what it calls) on ``url``, seeded with data in both workspaces."""
+    if server == "host":
+        host = live_server("host", database_url=url)
+        _seed_host(host, engine)
+        return host
+    if server in ("appcenter", "issuemanager", "refresolve"):
+        apps = live_server("appcenter", database_url=url)
+        issues = live_server("issuemanager", database_url=url)
+        _seed_backends(apps, issues)
+        if server == "appcenter":
+            return apps
+        if server == "issuemanager":
+            return issues
+        return live_server(
+            "refresolve",
+            database_url=url,
+            appcenter_address=apps.address,
+            issuemanager_address=issues.address,
+            service_token=token_for("service"),
+        )
+    return live_server(server, database_url=url)
+
+
+# ---------------------------------------------------------------------------- tests
+
+
+@pytest.mark.spec("SEC-3")
+def test_the_hand_written_matrix_is_the_declared_table() -> None:
+    declared: dict[str, MethodPolicy] = {}
+    for server in SERVERS:
+        for table in importlib.import_module(f"services.{server}.authorization").AUTHORIZATION:
+            declared.update(table.by_path())
+    assert sorted(rpc.path for rpc in RPCS) == sorted(declared), "an RPC is missing here"
+    for rpc in RPCS:
+        policy = declared[rpc.path]
+        assert {role.value for role in policy.roles} == set(rpc.roles), rpc.path
+        assert policy.workspace is WorkspaceSource(rpc.workspace.value), rpc.path
+        assert policy.deployment_wide is rpc.wide_only, rpc.path
+        if rpc.workspace in (Ws.FIELD, Ws.OPTIONAL, Ws.FIRST):
+            assert policy.field == rpc.field, rpc.path
+    assert len(RPCS) == 56
+    assert CASES_PER_BACKEND == 1014
+
+
+def _by_server(server: str) -> Iterator[Case]:
+    return (case for case in ALL_CASES if case.rpc.server == server)
+
+
+@pytest.mark.spec("SEC-1", "SEC-3")
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("server", SERVERS)
+def test_every_rpc_role_and_case_is_authorized_as_declared(
+    server: str,
+    migrated_db_url: str,
+    sync_engine: Engine,
+    live_server: Callable[..., LiveServer],
+) -> None:
+    running = start(server, migrated_db_url, sync_engine, live_server)
+    failures: list[str] = []
+    ran = 0
+    for case in _by_server(server):
+        problem = check(running.channel, sync_engine, case)
+        ran += 1
+        if problem is not None:
+            failures.append(problem)
+    assert ran == sum(1 for _ in _by_server(server))
+    assert not failures, f"{len(failures)} of {ran} cases failed:\n" + "\n".join(failures)
