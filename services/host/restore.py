@@ -24,6 +24,7 @@ from services.host.records import SessionRecord
 from services.host.repository.deletion import DeletedListingQuery
 from services.host.repository.deletion_scope import DeletionScope, deletion_runner
 from services.host.session_cursor import CursorPosition, decode_cursor, encode_cursor
+from services.host.session_listing import MAX_SEARCH_LENGTH
 from services.host.sessions import session_not_found, validate_session_id
 
 __all__ = [
@@ -70,10 +71,15 @@ async def list_deleted_sessions(
     """Page the workspace's topmost tombstones (HOST-DEL-7).
 
     Raises:
-        InvalidArgument: a negative limit, a malformed section key, or ``INVALID_CURSOR``.
+        InvalidArgument: a negative limit, a ``title_filter`` longer than the search bound
+            of ``SearchSessions`` (SEC-2), a malformed section key, or ``INVALID_CURSOR``.
     """
     if limit < 0:
         raise InvalidArgument.for_field("limit", "must not be negative")
+    if title_filter is not None and len(title_filter) > MAX_SEARCH_LENGTH:
+        raise InvalidArgument.for_field(
+            "title_filter", f"must be at most {MAX_SEARCH_LENGTH} characters"
+        )
     if section_key is not None and (violation := validate_section_key(section_key, "section_key")):
         raise InvalidArgument(violation.description, field_violations=[violation])
     size = min(limit or DEFAULT_LIMIT, MAX_LIMIT)

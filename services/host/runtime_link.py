@@ -27,7 +27,18 @@ import json
 import logging
 from collections.abc import Callable
 
-from domainerrors import FailedPrecondition, InvalidArgument, PermissionDenied, ResourceExhausted
+from sqlalchemy.exc import DataError, IntegrityError
+
+from domainerrors import (
+    AlreadyExists,
+    DomainError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    OutOfRange,
+    PermissionDenied,
+    ResourceExhausted,
+)
 from services.host import interactions, messages, runtime_commands, turn_lifecycle
 from services.host.activity_store import ActivityRepositories, activity_runner
 from services.host.context import HostContext
@@ -40,6 +51,7 @@ from services.host.runtime_registry import (
     RuntimeLinkHandle,
 )
 from services.host.runtime_reports import (
+    InvalidField,
     ItemResult,
     MessageSnapshotItem,
     ReportItem,
@@ -50,12 +62,42 @@ from services.host.runtime_reports import (
     TurnPatchItem,
 )
 from services.host.tool_payload import build_tool_call_payload
+from store.integrity import store_refusal
 from store.models import Session, Turn
 
 _log = logging.getLogger(__name__)
 
 MAX_REPORT_BYTES = 8 * 1024 * 1024
 """Largest encoded report Host accepts (``RuntimeWelcome.max_report_bytes``)."""
+
+SESSION_DELETED = "SESSION_DELETED"
+"""Verdict reason of a report about a tombstoned Session: every item rejected, nothing
+changed (HOST-DEL-3)."""
+
+SESSION_PURGED = "SESSION_PURGED"
+"""Verdict reason of a report about a missing Session whose id a pending resource cleanup
+fences (HOST-DEL-11): nothing is created, as ``CreateSession`` refuses the id."""
+
+INVALID_FIELD_VALUE = "INVALID_FIELD_VALUE"
+"""Verdict reason of a report with an unknown enum number or a NUL character (SEC-2)."""
+
+UNKNOWN_AGENT_TARGET = "UNKNOWN_AGENT_TARGET"
+"""Verdict reason of a Session patch naming an unregistered target (HOST-SES-1)."""
+
+AGENT_TARGET_PROVIDER_MISMATCH = "AGENT_TARGET_PROVIDER_MISMATCH"
+"""Verdict reason of a Session patch naming a target of another provider (HOST-SES-1)."""
+
+_REJECTING_ERRORS = (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    OutOfRange,
+    ResourceExhausted,
+)
+"""Domain errors that say the report's *content* cannot be applied: they reject the report
+(nothing committed) instead of ending the link. Contention (``Unavailable``/``Aborted``)
+still ends it, so the runtime re-sends the report on its next link."""
 
 # --------------------------------------------------------------------------- hello
 
@@ -195,14 +237,26 @@ class _Refused(Exception):
         self.verdict = verdict
 
 
+class _Progress:
+    """The index of the item being applied, for a refusal raised by the store."""
+
+    index = 0
+
+
 async def apply_report(
     ctx: HostContext, identity: RuntimeIdentity, report: RuntimeReportInput
 ) -> ReportVerdict:
     """Apply one report atomically with the causal write barrier.
 
+    A report whose content cannot be applied is a ``rejected`` verdict (nothing commits,
+    the link stays up): an invalid value, a tombstoned or fenced Session, a refused item,
+    a domain rule it breaks, or a value or constraint the store refuses (SEC-4).
+
     Raises:
         PermissionDenied: ``WORKSPACE_SCOPE_MISMATCH`` (the report names a workspace
             outside the runtime's token; the link is closed).
+        Unavailable: ``STORE_BUSY`` (nothing committed; the runtime re-sends the report).
+        Aborted: ``STORE_CONFLICT`` (likewise).
     """
     if not identity.may_access(report.workspace_id):
         raise PermissionDenied(
@@ -210,19 +264,98 @@ async def apply_report(
             reason="WORKSPACE_SCOPE_MISMATCH",
             metadata={"workspace_id": report.workspace_id},
         )
+    if report.invalid_fields:
+        return _invalid_values(report)
     runner = activity_runner(ctx.database.engine)
+    progress = _Progress()
     try:
         async with ctx.lanes.hold(report.workspace_id, report.session_id):
-            return await runner.run(lambda repos: _apply(ctx, repos, report))
+            return await runner.run(lambda repos: _apply(ctx, repos, report, progress))
     except _Refused as refused:
         return refused.verdict
+    except (IntegrityError, DataError) as error:
+        refusal = store_refusal(error)
+        assert refusal is not None
+        _log.warning(
+            "report %s for %s/%s rejected: the store refused item %d (%s)",
+            report.report_id,
+            report.workspace_id,
+            report.session_id,
+            progress.index,
+            refusal.message,
+        )
+        return _rejected_at(report, progress.index, refusal)
+    except _REJECTING_ERRORS as error:
+        return _rejected_at(report, progress.index, error)
+
+
+def _invalid_values(report: RuntimeReportInput) -> ReportVerdict:
+    by_item: dict[int, list[InvalidField]] = {}
+    for invalid in report.invalid_fields:
+        by_item.setdefault(invalid.index, []).append(invalid)
+    results = tuple(
+        ItemResult(
+            index,
+            "rejected",
+            message="; ".join(f"{f.field}: {f.description}" for f in fields),
+        )
+        for index, fields in sorted(by_item.items())
+    )
+    return ReportVerdict(report.report_id, "rejected", results, INVALID_FIELD_VALUE)
+
+
+def _rejected_at(report: RuntimeReportInput, index: int, error: DomainError) -> ReportVerdict:
+    result = ItemResult(index, "rejected", message=error.message)
+    return ReportVerdict(report.report_id, "rejected", (result,), error.reason)
+
+
+def _reject_all(report: RuntimeReportInput, reason: str, message: str) -> _Refused:
+    """Every item rejected with one reason: the report is about a Session it may not touch."""
+    results = tuple(
+        ItemResult(index, "rejected", message=message) for index in range(len(report.items))
+    )
+    return _Refused(ReportVerdict(report.report_id, "rejected", results, reason))
+
+
+async def _frozen(
+    repos: ActivityRepositories, report: RuntimeReportInput, session: Session | None
+) -> _Refused | None:
+    """The refusal of a report about a tombstone or a fenced id, if it is one.
+
+    A tombstone is frozen (HOST-DEL-3): no title, cwd, usage, target, resume identity, Turn,
+    message or Interaction of it changes until it is restored. A missing id with a pending
+    resource-cleanup row anywhere is fenced (HOST-DEL-11), checked with the query
+    ``CreateSession`` uses, so no report re-creates a purged Session before its cleanup.
+    """
+    if session is not None:
+        if session.deleted_at_unix_ms is None:
+            return None
+        return _reject_all(
+            report,
+            SESSION_DELETED,
+            f"Session {report.session_id!r} is deleted; a tombstone takes no reports",
+        )
+    if await repos.sessions.cleanup_pending(report.session_id):
+        return _reject_all(
+            report,
+            SESSION_PURGED,
+            f"Session id {report.session_id!r} was purged and is fenced by a pending "
+            "resource cleanup",
+        )
+    return None
 
 
 async def _apply(
-    ctx: HostContext, repos: ActivityRepositories, report: RuntimeReportInput
+    ctx: HostContext,
+    repos: ActivityRepositories,
+    report: RuntimeReportInput,
+    progress: _Progress,
 ) -> ReportVerdict:
     now = ctx.clock()
     session = await repos.sessions.lock_with_root(report.workspace_id, report.session_id)
+    frozen = await _frozen(repos, report, session)
+    if frozen is not None:
+        raise frozen
     results: dict[int, ItemResult] = {}
     items = list(enumerate(report.items))
 
@@ -233,17 +366,17 @@ async def _apply(
     for index, item in items:
         if index in results:
             continue  # a message already flushed ahead of its Turn's terminal patch
+        progress.index = index
         if item is None:
             raise refuse(index, "rejected", "EMPTY_ITEM", "report item has no payload")
         if isinstance(item, SessionPatchItem):
-            session, changed = await _apply_session_patch(repos, report, session, item, now)
-            if session is None:
-                raise refuse(index, "rejected", "UNKNOWN_SESSION", "parent Session not found")
+            session, changed = await _apply_session_patch(
+                repos, report, session, index, item, now, refuse
+            )
             results[index] = ItemResult(index, "applied" if changed else "already_applied")
-            continue
-        if session is None:
+        elif session is None:
             raise refuse(index, "rejected", "UNKNOWN_SESSION", "report names an unknown Session")
-        if isinstance(item, TurnPatchItem):
+        elif isinstance(item, TurnPatchItem):
             if item.terminal:
                 # The barrier: this Turn's messages commit before its terminal state.
                 for later, other in items[index + 1 :]:
@@ -252,9 +385,11 @@ async def _apply(
                         and other.turn_id == item.turn_id
                         and later not in results
                     ):
+                        progress.index = later
                         results[later] = await _apply_message(
                             repos, session, later, other, now, refuse
                         )
+                        progress.index = index
             results[index] = await _apply_turn_patch(repos, session, index, item, now, refuse)
         elif isinstance(item, MessageSnapshotItem):
             results[index] = await _apply_message(repos, session, index, item, now, refuse)
@@ -268,6 +403,8 @@ async def _apply(
         elif isinstance(item, SessionLostItem):
             changed = await _confirm_dead(repos, session, now)
             results[index] = ItemResult(index, "applied" if changed else "already_applied")
+        # Written now, so a store refusal is charged to the item that caused it.
+        await repos.sessions.flush()
     ordered = tuple(results[index] for index in sorted(results))
     applied = any(result.outcome == "applied" for result in ordered)
     return ReportVerdict(report.report_id, "applied" if applied else "already_applied", ordered)
@@ -280,24 +417,31 @@ async def _apply_session_patch(
     repos: ActivityRepositories,
     report: RuntimeReportInput,
     session: Session | None,
+    index: int,
     item: SessionPatchItem,
     now: int,
-) -> tuple[Session | None, bool]:
+    refuse: Refuse,
+) -> tuple[Session, bool]:
+    # HOST-SES-1: a patch that omits the target, or names it empty, never clears it.
+    target_id = item.agent_target_id or None
     if session is None:
         if item.parent_session_id is None:
-            return None, False
+            raise refuse(index, "rejected", "UNKNOWN_SESSION", "report names an unknown Session")
         # Locked: a concurrent delete of the parent either sees this child (its plan goes
         # stale) or has tombstoned the parent, and no live child is put under a tombstone.
+        # The child's own id passed the purge fence in ``_frozen`` (HOST-DEL-11).
         parent = await repos.sessions.get(report.workspace_id, item.parent_session_id, lock=True)
         if parent is None or parent.deleted_at_unix_ms is not None:
-            return None, False
+            raise refuse(index, "rejected", "UNKNOWN_SESSION", "parent Session not found")
+        if target_id is not None:
+            await _check_target(repos, report, index, target_id, parent.provider, refuse)
         session = Session(
             workspace_id=report.workspace_id,
             session_id=report.session_id,
             parent_session_id=parent.session_id,
             root_session_id=parent.root_session_id,
             parent_turn_id=item.parent_turn_id,
-            agent_target_id=item.agent_target_id or parent.agent_target_id,
+            agent_target_id=target_id or parent.agent_target_id,
             provider=parent.provider,
             title=item.title or "",
             cwd=item.cwd if item.cwd is not None else parent.cwd,
@@ -314,6 +458,8 @@ async def _apply_session_patch(
         repos.sessions.add(session)
         await repos.sessions.flush()
         return session, True
+    if target_id is not None and target_id != session.agent_target_id:
+        await _check_target(repos, report, index, target_id, session.provider, refuse)
     before = (
         session.title,
         session.cwd,
@@ -327,8 +473,8 @@ async def _apply_session_patch(
         session.cwd = item.cwd  # never changes rail_section_key (HOST-SES-2)
     if item.usage_json is not None:
         session.usage_json = item.usage_json
-    if item.agent_target_id is not None:
-        session.agent_target_id = item.agent_target_id
+    if target_id is not None:
+        session.agent_target_id = target_id
     if item.provider_session_ref is not None or item.runtime_context_json is not None:
         resume = json_object(session.provider_resume_json)
         if item.provider_session_ref is not None:
@@ -346,6 +492,33 @@ async def _apply_session_patch(
     if before != after:
         session.updated_at_unix_ms = max(session.updated_at_unix_ms, now)
     return session, before != after
+
+
+async def _check_target(
+    repos: ActivityRepositories,
+    report: RuntimeReportInput,
+    index: int,
+    target_id: str,
+    provider: str,
+    refuse: Refuse,
+) -> None:
+    """A reported target must be registered and of the Session's provider (HOST-SES-1)."""
+    target = await repos.sessions.target(report.workspace_id, target_id)
+    if target is None:
+        raise refuse(
+            index,
+            "rejected",
+            UNKNOWN_AGENT_TARGET,
+            f"agent target {target_id!r} is not registered",
+        )
+    if target.provider != provider:
+        raise refuse(
+            index,
+            "rejected",
+            AGENT_TARGET_PROVIDER_MISMATCH,
+            f"agent target {target_id!r} is of provider {target.provider!r}, "
+            f"the Session's is {provider!r}",
+        )
 
 
 async def _apply_turn_patch(

@@ -77,6 +77,15 @@ ReportItem = (
 
 
 @dataclass(frozen=True)
+class InvalidField:
+    """One invalid value of a report: the item it is in, its field path and the problem."""
+
+    index: int
+    field: str
+    description: str
+
+
+@dataclass(frozen=True)
 class RuntimeReportInput:
     """One atomic report for one Session, items in provider order."""
 
@@ -85,6 +94,9 @@ class RuntimeReportInput:
     session_id: str
     items: tuple[ReportItem | None, ...] = field(default_factory=tuple)
     """``None`` marks an item with no payload set (rejected)."""
+    invalid_fields: tuple[InvalidField, ...] = ()
+    """Values the wire found invalid (an unknown enum number, a NUL character): the report
+    is rejected before anything is read or written (SEC-2)."""
 
 
 @dataclass(frozen=True)

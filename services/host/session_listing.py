@@ -27,6 +27,7 @@ __all__ = [
     "DEFAULT_PAGE_SIZE",
     "MAX_AUTHORIZED_IDS",
     "MAX_PAGE_SIZE",
+    "MAX_SEARCH_LENGTH",
     "ListFilter",
     "ListItem",
     "RailSection",
@@ -43,6 +44,7 @@ __all__ = [
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
 MAX_SEARCH_LENGTH = 256
+"""Longest free-text filter accepted (``search_query``, ``ListDeletedSessions.title_filter``)."""
 MAX_AUTHORIZED_IDS = 5000
 PINNED_LISTING = "pinned"
 SEARCH_LISTING = "search"
@@ -285,8 +287,12 @@ async def search_sessions(
     """
     if not search_query.strip():
         raise InvalidArgument.for_field("search_query", "is required")
+    if len(search_query) > MAX_SEARCH_LENGTH:
+        raise InvalidArgument.for_field(
+            "search_query", f"must be at most {MAX_SEARCH_LENGTH} characters"
+        )
+    filters.validate()  # the overridden filter.search_query is bounded too (SEC-2)
     effective = ListFilter(filters.agent_target_id, search_query, filters.authorized_session_ids)
-    effective.validate()
     after = _after(cursor, workspace_id, SEARCH_LISTING)
 
     async def query(repos: transactions.HostRepositories) -> SessionPage:

@@ -35,10 +35,12 @@ from store.database import Database
 from store.models import IssueManagerIssue, IssueManagerOutput, IssueManagerTopic
 from store.transactions import write_connection
 
-__all__ = ["DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "TopicStore"]
+__all__ = ["DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "MAX_QUERY_LENGTH", "TopicStore"]
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
+MAX_QUERY_LENGTH = 256
+"""Longest ``SearchIssueOutputs.query`` accepted (SEC-2; the reference resolver's bound)."""
 _LOAD_LOCK_KEY = 0x49534D47  # "ISMG": serializes concurrent loads on Postgres
 _IN_CHUNK = 500  # ids per IN (...) list, well under SQLite's bound-parameter limit
 
@@ -161,11 +163,16 @@ class TopicStore:
         """Return one page of the latest outputs of every issue in a topic, newest first.
 
         Raises:
-            InvalidArgument: empty ``topic_id``, negative size, bad or mismatched token.
+            InvalidArgument: empty ``topic_id``, a ``query`` longer than
+                :data:`MAX_QUERY_LENGTH`, negative size, bad or mismatched token.
             NotFound: ``TOPIC_NOT_FOUND``.
         """
         if not topic_id:
             raise InvalidArgument.for_field("topic_id", "must not be empty")
+        if query is not None and len(query) > MAX_QUERY_LENGTH:
+            raise InvalidArgument.for_field(
+                "query", f"must be at most {MAX_QUERY_LENGTH} characters"
+            )
         if page_size < 0:
             raise InvalidArgument.for_field("page_size", "must not be negative")
         size = DEFAULT_PAGE_SIZE if page_size == 0 else min(page_size, MAX_PAGE_SIZE)

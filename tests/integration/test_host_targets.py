@@ -79,7 +79,6 @@ def test_malformed_targets_are_rejected_with_field_violations(host: HostClient) 
     bad.subagents.add(name="explorer")
     bad.subagents.add(name="bad name")
     bad.settings_catalog.default_model_id = "missing"
-    bad.locality = 42  # type: ignore[assignment]  # an unknown enum number on the wire
     code, reason, fields, _ = error_of(
         lambda: host.call(
             "RegisterAgentTarget", host_pb2.RegisterAgentTargetRequest(target=bad), ADMIN
@@ -92,12 +91,32 @@ def test_malformed_targets_are_rejected_with_field_violations(host: HostClient) 
         "target.subagents[1].name",
         "target.subagents[2].name",
         "target.settings_catalog.default_model_id",
-        "target.locality",
     } <= fields
     listed = host.call(
         "ListAgentTargets", host_pb2.ListAgentTargetsRequest(include_disabled=True), ADMIN
     )
     assert list(listed.targets) == []  # a bad request never changes state
+
+
+@pytest.mark.spec("HOST-TGT-1", "SEC-2")
+def test_an_unknown_locality_is_refused_at_the_edge(host: HostClient) -> None:
+    bad = demo_target()
+    bad.locality = 42  # type: ignore[assignment]  # an unknown enum number on the wire
+    code, reason, fields, _ = error_of(
+        lambda: host.call(
+            "RegisterAgentTarget", host_pb2.RegisterAgentTargetRequest(target=bad), ADMIN
+        )
+    )
+    # Refused by the generic enum check before the handler (grpcserver.request_checks).
+    assert (code, reason, fields) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "INVALID_ARGUMENT",
+        {"target.locality"},
+    )
+    listed = host.call(
+        "ListAgentTargets", host_pb2.ListAgentTargetsRequest(include_disabled=True), ADMIN
+    )
+    assert list(listed.targets) == []
 
 
 @pytest.mark.spec("HOST-TGT-1")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from sqlalchemy import bindparam, or_, select
+from sqlalchemy import bindparam, exists, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from store.models import DEPLOYMENT_WORKSPACE_KEY, AgentTarget, Session
+from store.models import DEPLOYMENT_WORKSPACE_KEY, AgentTarget, ResourceCleanupOutbox, Session
 
 _LOCK_IF_ROOT: Final = (
     select(Session)
@@ -93,6 +93,15 @@ class SessionRowRepository:
         )
         rows = sorted(rows, key=lambda row: row.workspace_id == DEPLOYMENT_WORKSPACE_KEY)
         return rows[0] if rows else None
+
+    async def cleanup_pending(self, session_id: str) -> bool:
+        """Whether a pending resource-cleanup row fences this id in any workspace (HOST-DEL-11).
+
+        The same query ``CreateSession`` refuses a fenced id by; a runtime report that would
+        create a Session honours it too.
+        """
+        fenced = exists().where(ResourceCleanupOutbox.session_id == session_id)
+        return bool((await self._db.execute(select(fenced))).scalar_one())
 
     async def targets_for_providers(
         self, providers: frozenset[str], target_ids: frozenset[str]

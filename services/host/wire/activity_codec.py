@@ -19,6 +19,7 @@ from services.host.activity_events import (
     TurnUpdate,
 )
 from services.host.activity_store.events import StoredEvent
+from services.host.cursors import checked_cursor
 from services.host.wire.messages import message_to_proto
 from services.host.wire.projection import pending_interaction_to_proto, turn_to_proto
 
@@ -57,7 +58,9 @@ class ProtoEventCodec:
                     session_id=event.session_id,
                     messages=[message_to_proto(record) for record in event.messages],
                     message_count=len(event.messages),
-                    latest_message_version=event.latest_message_version,
+                    latest_message_version=checked_cursor(
+                        event.latest_message_version, field="latest_message_version"
+                    ),
                 )
             )
         elif isinstance(event, TurnUpdate):
@@ -93,7 +96,12 @@ class ProtoEventCodec:
 def stored_to_proto(stored: StoredEvent) -> activity_pb2.ActivityEvent:
     """A stored row as the event ``WatchActivity`` streams (``event_id`` = row id)."""
     message = activity_pb2.ActivityEvent.FromString(stored.payload)
-    message.event_id = stored.event_id
+    message.event_id = checked_cursor(stored.event_id, field="event_id")
+    if message.WhichOneof("event") == "message_update":
+        # CON-4 on the way out too: rows written before encode checked this field.
+        checked_cursor(
+            message.message_update.latest_message_version, field="latest_message_version"
+        )
     if not message.workspace_id:
         message.workspace_id = stored.workspace_id
     if not message.occurred_at_unix_ms:

@@ -1,22 +1,27 @@
 """Translation between ``RuntimeLink`` frames and the runtime-link domain (HOST-RT-1).
 
 Reports decode into :mod:`services.host.runtime_reports` items with canonical lowercase
-strings (an unspecified or unknown enum becomes ``None``, which the domain rejects);
+strings (an unspecified enum becomes ``None``, which the domain rejects where the field is
+required; an enum number the contract does not define, or a NUL character, is listed in
+``invalid_fields`` and rejects the whole report, SEC-2);
 outbox commands, stored in their proto3-JSON form, encode back into ``RuntimeCommand``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from google.protobuf import json_format
 
 from agentactivity.host.v1 import runtime_pb2
+from grpcserver.request_checks import request_violations
 from services.host.interactions import DispositionInput, TransitionInput
 from services.host.runtime_registry import CommandAck, OutboundCommand, RuntimeIdentity
 from services.host.runtime_reports import (
+    InvalidField,
     ItemResult,
     MessageSnapshotItem,
     ReportItem,
@@ -194,13 +199,27 @@ def tool_call_from_proto(call: runtime_pb2.ToolCallSnapshot) -> ToolCallSnapshot
     )
 
 
+_ITEM_PATH = re.compile(r"items\[(\d+)\]")
+
+
+def _invalid_fields(report: runtime_pb2.RuntimeReport) -> tuple[InvalidField, ...]:
+    """Unknown enum numbers and NUL characters anywhere in the report (SEC-2)."""
+    found = []
+    for violation in request_violations(report):
+        at = _ITEM_PATH.match(violation.field)
+        index = int(at.group(1)) if at is not None else 0
+        found.append(InvalidField(index, violation.field, violation.description))
+    return tuple(found)
+
+
 def report_from_proto(report: runtime_pb2.RuntimeReport) -> RuntimeReportInput:
-    """Decode a report (items keep their order)."""
+    """Decode a report (items keep their order); invalid values are listed, not mapped."""
     return RuntimeReportInput(
         report_id=report.report_id,
         workspace_id=report.workspace_id,
         session_id=report.session_id,
         items=tuple(_item(item) for item in report.items),
+        invalid_fields=_invalid_fields(report),
     )
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from agentactivity.host.v1 import host_pb2
+from grpcserver.request_checks import mapped_enum
 from services.host import session_listing, sessions
 from services.host.activity_records import turn_record
 from services.host.context import HostContext
-from services.host.mentions import ComposerMode
 from services.host.references import validate_references
 from services.host.wire.projection import (
     pending_interaction_to_proto,
@@ -79,7 +79,7 @@ class SessionRpcs:
             initial_input = sessions.InitialInput(
                 client_submit_id=first.client_submit_id,
                 content=first.content,
-                mode=MODES.get(first.mode, ComposerMode.AGENT),
+                mode=mapped_enum(MODES, first.mode, field="initial_input.mode"),
                 references=validate_references(
                     references_from_proto(first.references), field="initial_input.references"
                 ),

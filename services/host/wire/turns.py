@@ -6,6 +6,7 @@ from typing import Any
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2
+from grpcserver.request_checks import mapped_enum
 from services.host.activity_records import message_record, session_record, turn_record
 from services.host.context import HostContext
 from services.host.mentions import ComposerMode
@@ -27,7 +28,8 @@ MODES = {
     canonical_pb2.COMPOSER_MODE_PLAN: ComposerMode.PLAN,
     canonical_pb2.COMPOSER_MODE_GOAL: ComposerMode.GOAL,
 }
-"""Composer modes of the wire; unspecified means agent (HOST-MENT-1)."""
+"""Composer modes of the wire; unspecified means agent (HOST-MENT-1), any other number is
+refused (SEC-2)."""
 
 
 class TurnRpcs:
@@ -50,7 +52,7 @@ class TurnRpcs:
                 target_turn_id=(
                     request.target_turn_id if request.HasField("target_turn_id") else None
                 ),
-                mode=MODES.get(request.mode, ComposerMode.AGENT),
+                mode=mapped_enum(MODES, request.mode, field="mode"),
                 content=request.content,
                 references=references,
             ),
