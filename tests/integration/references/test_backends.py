@@ -302,6 +302,25 @@ def test_topic_search_pages_latest_outputs_newest_first_with_stable_ties(
     assert _error(raised.value)[:2] == (grpc.StatusCode.NOT_FOUND, "TOPIC_NOT_FOUND")
 
 
+@pytest.mark.spec("REF-BACKEND-1", "REF-TASK-1", "SEC-2")
+def test_topic_search_bounds_its_free_text_query(reference_suite: ReferenceSuite) -> None:
+    reference_suite.load_topics([TOPIC])
+    assert _search(reference_suite, 0, query="r" * 256) == []  # at the bound: searched
+    for query in ("r" * 257, "x" * (3 * 1024 * 1024)):
+        with pytest.raises(grpc.RpcError) as raised:
+            reference_suite.issues.SearchIssueOutputs(
+                issuemanager_pb2.SearchIssueOutputsRequest(
+                    workspace_id="ws-1", topic_id="t", query=query
+                ),
+                metadata=WS1,
+            )
+        assert _error(raised.value) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "INVALID_ARGUMENT",
+            {"query"},
+        )
+
+
 @pytest.mark.spec("REF-BACKEND-1", "STORE-3", "SEC-2")
 def test_load_topics_replaces_topics_and_never_moves_issues(
     reference_suite: ReferenceSuite,
