@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import signal
+import socket
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,14 +28,29 @@ from grpc_reflection.v1alpha import reflection
 
 from grpcserver.auth import TokenRegistry
 from grpcserver.authorization import MethodPolicy, ServiceAuthorization, policies_by_path
+from grpcserver.channels import read_pem
 from grpcserver.interceptor import ServiceInterceptor
 from grpcserver.logs import configure_logging
-from grpcserver.settings import ServerSettings
+from grpcserver.settings import ServerSettings, StartupError
 from grpcserver.telemetry import Telemetry, setup_telemetry
 
 log = logging.getLogger(__name__)
 
 Hook = Callable[[], Awaitable[None]]
+
+ServerOption = tuple[str, int | str]
+
+BASE_SERVER_OPTIONS: tuple[ServerOption, ...] = (
+    # SEC-5: the port is this server's alone. gRPC binds with SO_REUSEPORT by default, so a
+    # second server on an occupied port would start and share it; without it the bind fails.
+    ("grpc.so_reuseport", 0),
+    # Mobile links sit behind NATs: accept client pings every 10 s without data.
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+)
+"""Options of every server; a service adds its own (:attr:`ServiceDefinition.server_options`)."""
 
 
 @dataclass
@@ -55,6 +72,8 @@ class ServiceDefinition:
             out: end long-lived streams (watches, links) so they do not hold the drain
             for the whole grace. In-flight unary RPCs are left to finish.
         on_stop: Run after the server stopped (close pools, flush).
+        server_options: gRPC server options of this service, added to (or overriding)
+            :data:`BASE_SERVER_OPTIONS`, e.g. a larger ``grpc.max_receive_message_length``.
     """
 
     name: str
@@ -64,6 +83,7 @@ class ServiceDefinition:
     on_start: list[Hook] = field(default_factory=list)
     on_drain: list[Hook] = field(default_factory=list)
     on_stop: list[Hook] = field(default_factory=list)
+    server_options: Sequence[ServerOption] = ()
 
 
 def definition_for(
@@ -74,6 +94,7 @@ def definition_for(
     on_start: Sequence[Hook] = (),
     on_drain: Sequence[Hook] = (),
     on_stop: Sequence[Hook] = (),
+    server_options: Sequence[ServerOption] = (),
 ) -> ServiceDefinition:
     """Build a definition from ``(service descriptor, add_*_to_server, servicer)`` triples.
 
@@ -92,6 +113,7 @@ def definition_for(
         on_start=list(on_start),
         on_drain=list(on_drain),
         on_stop=list(on_stop),
+        server_options=tuple(server_options),
     )
 
 
@@ -153,12 +175,79 @@ def load_tokens(settings: ServerSettings) -> TokenRegistry:
 def _credentials(settings: ServerSettings) -> grpc.ServerCredentials | None:
     if settings.tls_cert_file is None or settings.tls_key_file is None:
         return None
-    client_ca = settings.tls_client_ca_file.read_bytes() if settings.tls_client_ca_file else None
+    client_ca = (
+        read_pem(settings.tls_client_ca_file, "TUTTI_TLS_CLIENT_CA_FILE")
+        if settings.tls_client_ca_file
+        else None
+    )
     return grpc.ssl_server_credentials(
-        [(settings.tls_key_file.read_bytes(), settings.tls_cert_file.read_bytes())],
+        [
+            (
+                read_pem(settings.tls_key_file, "TUTTI_TLS_KEY_FILE"),
+                read_pem(settings.tls_cert_file, "TUTTI_TLS_CERT_FILE"),
+            )
+        ],
         root_certificates=client_ca,
         require_client_auth=client_ca is not None,
     )
+
+
+def server_options(definition: ServiceDefinition) -> list[ServerOption]:
+    """The gRPC options of ``definition``'s server: the base ones, the service's win."""
+    options = dict(BASE_SERVER_OPTIONS)
+    options.update(definition.server_options)
+    return list(options.items())
+
+
+def _split_address(address: str) -> tuple[str, int] | None:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def _port_in_use(address: str) -> bool:
+    """Whether another socket holds ``address`` (checked the way gRPC binds: SO_REUSEADDR,
+    no SO_REUSEPORT), so a busy port fails with our message before gRPC logs its own."""
+    parts = _split_address(address)
+    if parts is None or parts[1] == 0:
+        return False
+    host, port = parts
+    try:
+        candidates = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except OSError:
+        return False  # gRPC reports an unresolvable address itself
+    for family, kind, proto, _, sockaddr in candidates:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+            except OSError as error:
+                if error.errno == errno.EADDRINUSE:
+                    return True
+    return False
+
+
+def _bind(server: grpc.aio.Server, settings: ServerSettings) -> int:
+    """Bind the listening port (SEC-5).
+
+    Raises:
+        StartupError: the port is in use or the address cannot be bound (one line, naming
+            the address).
+    """
+    address = settings.listen_address
+    if _port_in_use(address):
+        raise StartupError(f"cannot listen on {address}: the port is already in use")
+    credentials = _credentials(settings)
+    try:
+        if credentials is None:
+            return server.add_insecure_port(address)
+        return server.add_secure_port(address, credentials)
+    except RuntimeError:
+        reason = "the port is already in use" if _port_in_use(address) else "bind failed"
+        raise StartupError(f"cannot listen on {address}: {reason}") from None
 
 
 async def start_server(
@@ -177,13 +266,7 @@ async def start_server(
     )
     server = grpc.aio.server(
         interceptors=[*telemetry.server_interceptors, interceptor],
-        options=[
-            # Mobile links sit behind NATs: accept client pings every 10 s without data.
-            ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-            ("grpc.keepalive_permit_without_calls", 1),
-            ("grpc.keepalive_time_ms", 30_000),
-            ("grpc.keepalive_timeout_ms", 10_000),
-        ],
+        options=server_options(definition),
     )
     health = HealthServicer()
     for name in ("", *definition.service_names):
@@ -199,11 +282,12 @@ async def start_server(
             ),
             server,
         )
-    credentials = _credentials(settings)
-    if credentials is None:
-        port = server.add_insecure_port(settings.listen_address)
-    else:
-        port = server.add_secure_port(settings.listen_address, credentials)
+    try:
+        port = _bind(server, settings)
+    except StartupError:
+        await server.stop(0)
+        telemetry.shutdown()
+        raise
     await server.start()
     running = RunningServer(
         definition=definition,
@@ -231,13 +315,21 @@ async def serve(
     *,
     ready: Callable[[RunningServer], None] | None = None,
 ) -> int:
-    """Run a service until SIGTERM/SIGINT, then drain and return the exit code 0."""
+    """Run a service until SIGTERM/SIGINT, then drain and return the exit code 0.
+
+    A :class:`~grpcserver.settings.StartupError` (port in use, unreadable TLS file) is
+    logged as one ERROR line without a traceback and returns exit code 1.
+    """
     configure_logging(definition.name, level=settings.log_level, fmt=settings.log_format)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    running = await start_server(definition, settings)
+    try:
+        running = await start_server(definition, settings)
+    except StartupError as error:
+        log.error("%s failed to start: %s", definition.name, error)
+        return 1
     log.info(
         "serving",
         extra={"port": running.port, "services": list(definition.service_names)},

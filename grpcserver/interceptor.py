@@ -15,7 +15,10 @@ For every RPC except the public health and reflection services it
 3. maps :class:`~domainerrors.DomainError` to ``google.rpc.Status`` with details, a
    ``NotImplementedError`` (the generated servicer default) to ``UNIMPLEMENTED``, and
    anything else to a bare ``INTERNAL`` that is logged, never sent;
-4. records the RPC count and latency.
+4. records the RPC count and latency;
+5. refuses a request (or stream message) whose bytes do not decode with
+   ``INVALID_ARGUMENT`` ``UNDECODABLE_REQUEST`` after authentication, instead of gRPC's
+   ``UNKNOWN`` before it (:mod:`grpcserver.decoding`, SEC-4); health and reflection too.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from grpcserver.authorization import (
     narrow_call,
     unbind_call,
 )
+from grpcserver.decoding import UndecodableRequest, tolerant_deserializer, undecodable_error
 from grpcserver.errors import internal_error, to_grpc_status
 from grpcserver.telemetry import Telemetry
 
@@ -85,33 +89,38 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         ],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        """Wrap the resolved handler (public methods pass through untouched)."""
+        """Wrap the resolved handler (public methods only refuse undecodable requests)."""
         handler = await continuation(handler_call_details)
         method: str = handler_call_details.method
-        if handler is None or method.startswith(self._public):
+        if handler is None:
             return handler
+        if method.startswith(self._public):
+            return self._public_handler(method, handler)
         metadata = handler_call_details.invocation_metadata
+        # SEC-4: undecodable bytes reach the wrappers as an UndecodableRequest, refused
+        # there after authentication instead of gRPC's UNKNOWN before it.
+        deserializer = tolerant_deserializer(handler.request_deserializer)
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 self._wrap_unary(method, metadata, handler.unary_unary),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.stream_unary is not None:
             return grpc.stream_unary_rpc_method_handler(
                 self._wrap_unary(method, metadata, handler.stream_unary, streaming_request=True),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
                 self._wrap_stream(method, metadata, handler.unary_stream),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
         return grpc.stream_stream_rpc_method_handler(
             self._wrap_stream(method, metadata, handler.stream_stream, streaming_request=True),
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=deserializer,
             response_serializer=handler.response_serializer,
         )
 
@@ -176,8 +185,11 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
             started = time.perf_counter()
             token = None
             try:
+                if isinstance(request, UndecodableRequest):
+                    raise self._undecodable(method, metadata, request)
                 token = self._admit(method, metadata, request, streaming_request)
                 if streaming_request:
+                    request = self._decoded_stream(method, request)
                     request = await self._admit_first_message(method, request)
                 result = inner(request, context)
                 if inspect.isawaitable(result):
@@ -203,8 +215,11 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
             started = time.perf_counter()
             token = None
             try:
+                if isinstance(request, UndecodableRequest):
+                    raise self._undecodable(method, metadata, request)
                 token = self._admit(method, metadata, request, streaming_request)
                 if streaming_request:
+                    request = self._decoded_stream(method, request)
                     request = await self._admit_first_message(method, request)
                 result = inner(request, context)
                 if inspect.isawaitable(result):
@@ -222,3 +237,111 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
                 self._record(method, started, context)
 
         return handle
+
+    # SEC-4: bytes that do not decode -------------------------------------------------
+
+    def _undecodable(self, method: str, metadata: Any, request: UndecodableRequest) -> DomainError:
+        """Authenticate first (no token stays UNAUTHENTICATED), then refuse the bytes.
+
+        The body cannot be read, so no workspace is checked: any authenticated caller
+        gets the same ``INVALID_ARGUMENT`` ``UNDECODABLE_REQUEST``.
+        """
+        principal = self._tokens.authenticate(metadata)
+        return self._log_undecodable(method, request, principal.subject)
+
+    def _log_undecodable(
+        self, method: str, request: UndecodableRequest, subject: str | None
+    ) -> DomainError:
+        error = undecodable_error(request)
+        log.warning(
+            "undecodable request refused: %s %s",
+            method,
+            error.message,
+            extra={
+                "rpc.method": method,
+                "subject": subject,
+                "size_bytes": request.size_bytes,
+                "field": request.failure.field,
+            },
+        )
+        return error
+
+    async def _decoded_stream(self, method: str, requests: Any) -> AsyncIterator[Any]:
+        """The request stream, ended with ``INVALID_ARGUMENT`` at an undecodable message.
+
+        A message that does not decode carries nothing to answer it by (no report id, no
+        sequence number), so the stream ends there; what was read before it stands.
+        """
+        async for request in requests:
+            if isinstance(request, UndecodableRequest):
+                raise self._log_undecodable(method, request, None)
+            yield request
+
+    def _public_handler(
+        self, method: str, handler: grpc.RpcMethodHandler[Any, Any]
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        """Health and reflection: no token, but undecodable bytes are still typed refusals."""
+        deserializer = tolerant_deserializer(handler.request_deserializer)
+        serializer = handler.response_serializer
+
+        async def refuse(context: grpc.aio.ServicerContext[Any, Any], error: DomainError) -> None:
+            await context.abort_with_status(to_grpc_status(error, domain=self._domain))
+
+        if handler.unary_unary is not None or handler.unary_stream is not None:
+            unary_inner: Any = handler.unary_unary or handler.unary_stream
+
+            async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+                if isinstance(request, UndecodableRequest):
+                    await refuse(context, self._log_undecodable(method, request, None))
+                result = unary_inner(request, context)
+                return await result if inspect.isawaitable(result) else result
+
+            async def unary_stream(
+                request: Any, context: grpc.aio.ServicerContext[Any, Any]
+            ) -> AsyncIterator[Any]:
+                if isinstance(request, UndecodableRequest):
+                    await refuse(context, self._log_undecodable(method, request, None))
+                result = unary_inner(request, context)
+                if inspect.isawaitable(result):
+                    await result
+                elif result is not None:
+                    async for item in result:
+                        yield item
+
+            if handler.unary_unary is not None:
+                return grpc.unary_unary_rpc_method_handler(
+                    unary, request_deserializer=deserializer, response_serializer=serializer
+                )
+            return grpc.unary_stream_rpc_method_handler(
+                unary_stream, request_deserializer=deserializer, response_serializer=serializer
+            )
+
+        streaming_inner: Any = handler.stream_unary or handler.stream_stream
+
+        async def streaming(
+            requests: Any, context: grpc.aio.ServicerContext[Any, Any]
+        ) -> AsyncIterator[Any]:
+            try:
+                result = streaming_inner(self._decoded_stream(method, requests), context)
+                if inspect.isawaitable(result):
+                    yield await result
+                elif result is not None:
+                    async for item in result:
+                        yield item
+            except DomainError as error:
+                await refuse(context, error)
+
+        if handler.stream_unary is not None:
+
+            async def stream_unary(
+                requests: Any, context: grpc.aio.ServicerContext[Any, Any]
+            ) -> Any:
+                responses = [item async for item in streaming(requests, context)]
+                return responses[0] if responses else None
+
+            return grpc.stream_unary_rpc_method_handler(
+                stream_unary, request_deserializer=deserializer, response_serializer=serializer
+            )
+        return grpc.stream_stream_rpc_method_handler(
+            streaming, request_deserializer=deserializer, response_serializer=serializer
+        )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_PORTS: dict[str, int] = {
@@ -23,6 +23,14 @@ DEFAULT_PORTS: dict[str, int] = {
     "issuemanager": 50056,
 }
 """Default gRPC port of each service (also used by ``deploy/`` and ``tutti up``)."""
+
+
+class StartupError(Exception):
+    """The settings cannot be put in force (an unreadable TLS file, a port in use).
+
+    The message is one line naming the setting or address; ``tutti serve`` prints it and
+    exits non-zero, without a traceback.
+    """
 
 
 def default_data_dir() -> Path:
@@ -89,6 +97,16 @@ class ServerSettings(BaseSettings):
     tls_client_ca_file: Path | None = None
     """PEM CA bundle; when set, clients must present a certificate (mTLS)."""
 
+    tls_ca_file: Path | None = None
+    """PEM CA bundle that verifies the servers this process calls; when set, every
+    outgoing channel (to backends, to Host, from the CLI) speaks TLS."""
+
+    tls_client_cert_file: Path | None = None
+    """PEM client certificate that outgoing channels present (mTLS); needs ``tls_ca_file``."""
+
+    tls_client_key_file: Path | None = None
+    """PEM private key of ``tls_client_cert_file``."""
+
     host_address: str = f"127.0.0.1:{DEFAULT_PORTS['host']}"
     """Where the host service listens, for services that call it."""
 
@@ -97,6 +115,24 @@ class ServerSettings(BaseSettings):
 
     issuemanager_address: str = f"127.0.0.1:{DEFAULT_PORTS['issuemanager']}"
     """Where the IssueManager backend listens."""
+
+    @model_validator(mode="after")
+    def _check_tls(self) -> ServerSettings:
+        """Refuse half a TLS configuration instead of silently serving plaintext."""
+        pairs = (
+            ("tls_cert_file", "tls_key_file"),
+            ("tls_client_cert_file", "tls_client_key_file"),
+        )
+        for first, second in pairs:
+            if (getattr(self, first) is None) != (getattr(self, second) is None):
+                raise ValueError(
+                    f"TUTTI_{first.upper()} and TUTTI_{second.upper()} must be set together"
+                )
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise ValueError("TUTTI_TLS_CLIENT_CA_FILE needs TUTTI_TLS_CERT_FILE (a TLS port)")
+        if self.tls_client_cert_file is not None and self.tls_ca_file is None:
+            raise ValueError("TUTTI_TLS_CLIENT_CERT_FILE needs TUTTI_TLS_CA_FILE (a TLS channel)")
+        return self
 
     def resolved_database_url(self) -> str:
         """Return the store URL, defaulting to SQLite inside ``data_dir``."""

@@ -9,6 +9,7 @@ from types import ModuleType
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
 from grpcserver.settings import ServerSettings
 from tutti.conformance_commands import conformance_app
@@ -45,7 +46,14 @@ def serve(
 
     follow_supervisor()  # under `tutti up`: never outlive it (OPS-3)
     module = _service_module(name)
-    settings = module.Settings()
+    try:
+        settings = module.Settings()
+    except ValidationError as error:  # one line per invalid setting, no traceback
+        for problem in error.errors():
+            where = "".join(f"TUTTI_{part}: ".upper() for part in problem["loc"][:1])
+            message = problem["msg"].removeprefix("Value error, ")
+            typer.echo(f"tutti serve {name}: invalid settings: {where}{message}", err=True)
+        raise typer.Exit(2) from None
 
     def ready(running: RunningServer) -> None:
         if port_file is not None:

@@ -56,10 +56,15 @@ def conformance_run(
         ),
     ] = None,
 ) -> None:
-    """Replay fixtures against a running implementation; exit 1 on any mismatch."""
-    import grpc
+    """Replay fixtures against a running implementation; exit 1 on any mismatch.
 
+    Channels follow the TLS settings of the environment (``TUTTI_TLS_CA_FILE``...).
+    """
     from conformance.runner import load_fixtures, replay
+    from grpcserver.channels import sync_channel
+    from grpcserver.settings import ServerSettings
+
+    settings = ServerSettings()
 
     addresses = _pairs(address, "--address")
     tokens = _pairs(token or [], "--token")
@@ -82,9 +87,9 @@ def conformance_run(
         )
     failed = 0
     for fixture in loaded:
-        backends = {name: grpc.insecure_channel(addresses[name]) for name in fixture.backends}
+        backends = {name: sync_channel(addresses[name], settings) for name in fixture.backends}
         try:
-            with grpc.insecure_channel(addresses[fixture.server]) as channel:
+            with sync_channel(addresses[fixture.server], settings) as channel:
                 report = replay(fixture, channel, tokens, backends=backends)
         finally:
             for backend in backends.values():

@@ -34,6 +34,7 @@ from pydantic import SecretStr
 from agentactivity.appcenter.v1 import appcenter_pb2, appcenter_pb2_grpc
 from agentactivity.issuemanager.v1 import issuemanager_pb2, issuemanager_pb2_grpc
 from agentactivity.refresolve.v1 import refresolve_pb2, refresolve_pb2_grpc
+from grpcserver.channels import sync_channel
 from grpcserver.settings import DEFAULT_PORTS, ServerSettings
 from tutti.suite_record import find_running_suite
 
@@ -191,7 +192,7 @@ def reference_list(
         limit=limit,
     )
     metadata = (("authorization", f"Bearer {_token(settings, token)}"),)
-    with grpc.insecure_channel(address or settings.refresolve_address) as channel:
+    with sync_channel(address or settings.refresolve_address, settings) as channel:
         stub = refresolve_pb2_grpc.ReferenceServiceStub(channel)
         try:
             response = stub.ListReferences(request, metadata=metadata, timeout=timeout)
@@ -260,8 +261,8 @@ def refdata_load(
         requests.append((ws, apps, topics))
     metadata = (("authorization", f"Bearer {_token(settings, token)}"),)
     with (
-        grpc.insecure_channel(settings.appcenter_address) as appcenter_channel,
-        grpc.insecure_channel(settings.issuemanager_address) as issuemanager_channel,
+        sync_channel(settings.appcenter_address, settings) as appcenter_channel,
+        sync_channel(settings.issuemanager_address, settings) as issuemanager_channel,
     ):
         appcenter = appcenter_pb2_grpc.AppCenterServiceStub(appcenter_channel)
         issuemanager = issuemanager_pb2_grpc.IssueManagerServiceStub(issuemanager_channel)

@@ -31,6 +31,7 @@ from google.protobuf import json_format
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import activity_pb2, host_pb2, host_pb2_grpc
+from grpcserver.channels import sync_channel
 from tutti.reference_commands import (
     CliSettings,
     TimeoutOption,
@@ -88,7 +89,7 @@ def _session(settings: CliSettings, option: str | None) -> str:
 class _Host:
     def __init__(self, settings: CliSettings, token: str | None, address: str | None) -> None:
         self.metadata = (("authorization", f"Bearer {_token(settings, token)}"),)
-        self.channel = grpc.insecure_channel(address or settings.host_address)
+        self.channel = sync_channel(address or settings.host_address, settings)
         self.stub = host_pb2_grpc.HostServiceStub(self.channel)
 
     def call(self, method: str, request: Any, timeout: float) -> Any:

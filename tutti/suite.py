@@ -24,8 +24,9 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2
 
+from grpcserver.channels import sync_channel
 from grpcserver.probes import check_health
-from grpcserver.settings import DEFAULT_PORTS
+from grpcserver.settings import DEFAULT_PORTS, ServerSettings
 from tutti.supervision import SUPERVISOR_PID_ENV, StopSignals
 
 SUITE = ("host", "refresolve", "livestream", "maintenance", "appcenter", "issuemanager")
@@ -84,14 +85,23 @@ def _wait_for_port(child: Child, deadline: float, signals: StopSignals) -> int:
     raise TimeoutError(f"{child.name} did not bind a port in time")
 
 
-def wait_serving(address: str, *, timeout: float, signals: StopSignals | None = None) -> None:
+def wait_serving(
+    address: str,
+    *,
+    timeout: float,
+    signals: StopSignals | None = None,
+    settings: ServerSettings | None = None,
+) -> None:
     """Block until ``address`` answers health SERVING, or raise ``TimeoutError``.
+
+    The channel follows the TLS settings (``TUTTI_TLS_CA_FILE``...) of ``settings``
+    (default: this process's environment), as the children serve with the same ones.
 
     Raises:
         StopRequested: a stop signal arrived meanwhile.
     """
     deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(address) as channel:
+    with sync_channel(address, settings or ServerSettings()) as channel:
         while time.monotonic() < deadline:
             if signals is not None:
                 signals.check()

@@ -70,6 +70,7 @@ def _check_groups(
     seen_ids: set[str],
     tally: _Tally,
     violations: list[FieldViolation],
+    max_depth: int,
 ) -> None:
     for index, group in enumerate(groups):
         where = f"{prefix}.groups[{index}]"
@@ -81,7 +82,11 @@ def _check_groups(
             violations.append(FieldViolation(f"{where}.group_id", "duplicates a group of this app"))
         seen_ids.add(group.group_id)
         _check_artifacts(group.artifacts, where, violations)
-        _check_groups(group.groups, where, depth + 1, seen_ids, tally, violations)
+        if group.groups and depth + 1 > max_depth:
+            # Checked before descending: reported once below, never walked deeper.
+            tally.deepest = max(tally.deepest, depth + 1)
+            continue
+        _check_groups(group.groups, where, depth + 1, seen_ids, tally, violations, max_depth)
 
 
 def validate_apps(apps: Sequence[AppTree], bounds: LoadBounds) -> None:
@@ -104,7 +109,7 @@ def validate_apps(apps: Sequence[AppTree], bounds: LoadBounds) -> None:
         seen_apps.add(app.app_id)
         tally.artifacts += len(app.artifacts)
         _check_artifacts(app.artifacts, where, violations)
-        _check_groups(app.groups, where, 1, set(), tally, violations)
+        _check_groups(app.groups, where, 1, set(), tally, violations, bounds.max_depth)
     if tally.deepest > bounds.max_depth:
         violations.append(
             FieldViolation("apps", f"groups nest deeper than {bounds.max_depth} levels")

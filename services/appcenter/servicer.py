@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentactivity.appcenter.v1 import appcenter_pb2, appcenter_pb2_grpc
+from domainerrors import FieldViolation, InvalidArgument
 from grpcserver.auth import Role, current_principal
 from services.appcenter.app_store import AppStore
 from services.appcenter.artifacts import AppTree, Artifact, GroupTree
@@ -35,20 +36,37 @@ def _artifact_to(artifact: Artifact) -> appcenter_pb2.Artifact:
     )
 
 
-def _group_from(message: appcenter_pb2.ArtifactGroupTree) -> GroupTree:
+def _group_from(
+    message: appcenter_pb2.ArtifactGroupTree, where: str, depth: int, max_depth: int
+) -> GroupTree:
+    # SEC-4: the bound is checked before descending, so neither this conversion nor the
+    # validation below ever recurses deeper than ``max_depth`` + 1 levels.
+    if depth > max_depth:
+        raise InvalidArgument(
+            f"LoadApps request is invalid: groups nest deeper than {max_depth} levels",
+            field_violations=[
+                FieldViolation("apps", f"groups nest deeper than {max_depth} levels (at {where})")
+            ],
+        )
     return GroupTree(
         group_id=message.group_id,
         display_name=message.display_name,
-        groups=tuple(_group_from(child) for child in message.groups),
+        groups=tuple(
+            _group_from(child, f"{where}.groups[{index}]", depth + 1, max_depth)
+            for index, child in enumerate(message.groups)
+        ),
         artifacts=tuple(_artifact_from(a) for a in message.artifacts),
     )
 
 
-def _app_from(message: appcenter_pb2.AppTree) -> AppTree:
+def _app_from(message: appcenter_pb2.AppTree, where: str, max_depth: int) -> AppTree:
     return AppTree(
         app_id=message.app_id,
         display_name=message.display_name,
-        groups=tuple(_group_from(group) for group in message.groups),
+        groups=tuple(
+            _group_from(group, f"{where}.groups[{index}]", 1, max_depth)
+            for index, group in enumerate(message.groups)
+        ),
         artifacts=tuple(_artifact_from(a) for a in message.artifacts),
     )
 
@@ -85,7 +103,10 @@ class AppCenterServicer(appcenter_pb2_grpc.AppCenterServiceServicer):
     ) -> appcenter_pb2.LoadAppsResponse:
         """Create or replace whole app trees in one transaction; admin only (REF-BACKEND-1)."""
         current_principal().require_role(Role.ADMIN)
-        apps = [_app_from(app) for app in request.apps]
+        apps = [
+            _app_from(app, f"apps[{index}]", self._bounds.max_depth)
+            for index, app in enumerate(request.apps)
+        ]
         validate_apps(apps, self._bounds)
         counts = await self._store.load(request.workspace_id, apps)
         return appcenter_pb2.LoadAppsResponse(

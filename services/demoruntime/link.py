@@ -17,6 +17,7 @@ import grpc
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2, host_pb2_grpc, runtime_pb2, runtime_pb2_grpc
+from grpcserver.channels import aio_channel
 from services.demoruntime.agent import DemoAgent
 from services.demoruntime.settings import Settings
 
@@ -45,7 +46,7 @@ class DemoRuntime:
     async def register_target(self) -> None:
         """Register the demo target deployment-wide (idempotent, RegisterAgentTarget)."""
         settings = self.settings
-        async with grpc.aio.insecure_channel(settings.host_address) as channel:
+        async with aio_channel(settings.host_address, settings) as channel:
             await host_pb2_grpc.HostServiceStub(channel).RegisterAgentTarget(
                 host_pb2.RegisterAgentTargetRequest(
                     target=host_pb2.AgentTarget(
@@ -126,7 +127,7 @@ class DemoRuntime:
                 yield item
 
         agent = DemoAgent(outgoing.put_nowait, settings.demo_step_delay_seconds)
-        async with grpc.aio.insecure_channel(settings.host_address) as channel:
+        async with aio_channel(settings.host_address, settings) as channel:
             call = runtime_pb2_grpc.RuntimeLinkServiceStub(channel).RuntimeLink(
                 requests(), metadata=self._metadata()
             )

@@ -8,12 +8,20 @@ from services.host.activity_feed import ActivityFeed, FeedSettings
 from services.host.authorization import AUTHORIZATION
 from services.host.context import HostContext
 from services.host.live_settings import LinkedRuntimeSettings
+from services.host.runtime_link import MAX_REPORT_BYTES
 from services.host.servicer import HostServicer, RuntimeLinkServicer
 from services.host.settings import Settings
 from services.host.wire.activity_codec import ProtoEventCodec
 from store.database import Database
 
-__all__ = ["Settings", "build"]
+__all__ = ["RECEIVE_LIMIT_BYTES", "Settings", "build"]
+
+RECEIVE_LIMIT_BYTES = 2 * MAX_REPORT_BYTES
+"""Largest message Host's server reads (``grpc.max_receive_message_length``; gRPC's default
+is 4 MiB). Twice the advertised ``RuntimeWelcome.max_report_bytes`` (8 MiB), so a runtime
+frame with a report over that still arrives and is answered ``REPORT_OUTCOME_REJECTED``
+``REPORT_TOO_LARGE`` on a link that stays up; a larger message is refused by the transport
+with ``RESOURCE_EXHAUSTED`` (the stream ends)."""
 
 
 def build(settings: Settings) -> ServiceDefinition:
@@ -66,4 +74,5 @@ def build(settings: Settings) -> ServiceDefinition:
         # Runtime links and watches end as soon as new RPCs are refused (OPS-3).
         on_drain=[ctx.runtimes.shutdown, ctx.activity.end_watches],
         on_stop=[database.stop, stop_activity],  # run in reverse
+        server_options=[("grpc.max_receive_message_length", RECEIVE_LIMIT_BYTES)],
     )

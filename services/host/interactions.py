@@ -192,7 +192,7 @@ def validate_response(request: ResponseRequest) -> None:
     if request.payload_json is not None:
         try:
             json.loads(request.payload_json)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deep (SEC-4)
             violations.append(FieldViolation("payload_json", "must be a JSON value"))
     if request.wait_timeout_ms < 0:
         violations.append(FieldViolation("wait_timeout_ms", "must not be negative"))

@@ -58,7 +58,12 @@ Public API:
     encode_payload(value) -> str
     Constants: TRUNCATION_MARKER, DUPLICATE_MARKER, TEXT_REMOVED_KEY, COMMAND_TOOL_KIND,
         FIELD_LIMIT_BYTES, PAYLOAD_BUDGET_BYTES, STRUCTURED_LEAF_LIMIT_BYTES,
-        TOOL_PAYLOAD_TOO_LARGE, INVALID_TOOL_CALL.
+        MAX_STEP_DEPTH, MAX_JSON_DEPTH, TOOL_PAYLOAD_TOO_LARGE, INVALID_TOOL_CALL.
+
+Nesting (SEC-4): nested ``steps`` deeper than :data:`MAX_STEP_DEPTH` and ``*_json``
+values nested deeper than :data:`MAX_JSON_DEPTH` are ``InvalidArgument``
+``INVALID_TOOL_CALL``, checked before the recursive projection, rendering and encoding
+touch them.
 """
 
 from __future__ import annotations
@@ -78,6 +83,8 @@ __all__ = [
     "DUPLICATE_MARKER",
     "FIELD_LIMIT_BYTES",
     "INVALID_TOOL_CALL",
+    "MAX_JSON_DEPTH",
+    "MAX_STEP_DEPTH",
     "PAYLOAD_BUDGET_BYTES",
     "STRUCTURED_LEAF_LIMIT_BYTES",
     "TEXT_REMOVED_KEY",
@@ -106,6 +113,11 @@ COMMAND_TOOL_KIND = "command"
 FIELD_LIMIT_BYTES = 1024 * 1024
 PAYLOAD_BUDGET_BYTES = 768 * 1024
 STRUCTURED_LEAF_LIMIT_BYTES = 64 * 1024
+
+MAX_STEP_DEPTH = 32
+"""Deepest nesting of ``steps`` (the reported call is level 1)."""
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of arrays and objects in one ``*_json`` value (``[]`` is level 1)."""
 
 TOOL_PAYLOAD_TOO_LARGE = "TOOL_PAYLOAD_TOO_LARGE"
 """ResourceExhausted reason: inputs and other required data alone exceed the budget."""
@@ -276,15 +288,41 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _too_deep(path: str, what: str, limit: int) -> InvalidArgument:
+    return InvalidArgument(
+        f"{path}: {what} nest deeper than {limit} levels",
+        field_violations=[FieldViolation(path, f"{what} must not nest deeper than {limit} levels")],
+        reason=INVALID_TOOL_CALL,
+    )
+
+
+def _json_deeper_than(value: Any, limit: int) -> bool:
+    """Whether arrays/objects in ``value`` nest deeper than ``limit`` (iterative walk)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, list | dict))
+    return False
+
+
 def _parse_json(raw: str, path: str) -> Any:
     try:
-        return json.loads(raw, parse_constant=_reject_constant)
+        value = json.loads(raw, parse_constant=_reject_constant)
+    except RecursionError:
+        raise _too_deep(path, "arrays and objects", MAX_JSON_DEPTH) from None
     except ValueError as error:
         raise InvalidArgument(
             f"{path}: not valid JSON",
             field_violations=[FieldViolation(path, f"must be valid JSON ({error})")],
             reason=INVALID_TOOL_CALL,
         ) from None
+    # Checked here, before _mark_structured, _render_structured and json.dumps recurse.
+    if isinstance(value, list | dict) and _json_deeper_than(value, MAX_JSON_DEPTH):
+        raise _too_deep(path, "arrays and objects", MAX_JSON_DEPTH)
+    return value
 
 
 def _parse_array(raw: str, path: str) -> list[Any]:
@@ -406,7 +444,10 @@ def _text_alias(snapshot: ToolCallSnapshot, text: str | None) -> str | None:
     return None
 
 
-def _project(snapshot: ToolCallSnapshot, path: str) -> _Node:
+def _project(snapshot: ToolCallSnapshot, path: str, depth: int = 1) -> _Node:
+    # Checked before descending: projection, rendering and _walk recurse at most this deep.
+    if snapshot.steps and depth + 1 > MAX_STEP_DEPTH:
+        raise _too_deep(f"{path}.steps", "tool steps", MAX_STEP_DEPTH)
     promoted = _Promoted()
     if snapshot.provider_result_json is not None:
         promoted = _promote(
@@ -458,7 +499,8 @@ def _project(snapshot: ToolCallSnapshot, path: str) -> _Node:
         file_changes=file_changes,
         structured=structured,
         steps=[
-            _project(step, f"{path}.steps[{index}]") for index, step in enumerate(snapshot.steps)
+            _project(step, f"{path}.steps[{index}]", depth + 1)
+            for index, step in enumerate(snapshot.steps)
         ],
     )
 

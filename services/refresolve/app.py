@@ -23,6 +23,7 @@ def build(settings: Settings) -> ServiceDefinition:
             settings.service_token.get_secret_value() if settings.service_token else None
         ),
         page_size=settings.refresolve_backend_page_size,
+        channel_settings=settings,
     )
     resolver = Resolver(
         backends,

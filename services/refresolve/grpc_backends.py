@@ -22,6 +22,8 @@ from google.rpc import error_details_pb2, status_pb2
 from agentactivity.appcenter.v1 import appcenter_pb2, appcenter_pb2_grpc
 from agentactivity.issuemanager.v1 import issuemanager_pb2, issuemanager_pb2_grpc
 from domainerrors import DeadlineExceeded, DomainError, NotFound, PermissionDenied, Unavailable
+from grpcserver.channels import aio_channel
+from grpcserver.settings import ServerSettings
 from services.refresolve.backends import AppPage, Deadline, IssueOutputs, TopicPage
 from services.refresolve.references import ReferenceItem
 
@@ -93,8 +95,11 @@ class GrpcReferenceBackends:
         issuemanager_address: str,
         service_token: str | None,
         page_size: int,
+        channel_settings: ServerSettings,
     ) -> None:
         self._addresses = {"appcenter": appcenter_address, "issuemanager": issuemanager_address}
+        # TLS/mTLS of the backend channels (TUTTI_TLS_CA_FILE...; plaintext when unset).
+        self._channel_settings = channel_settings
         self._metadata: tuple[tuple[str, str], ...] = (
             (("authorization", f"Bearer {service_token}"),) if service_token else ()
         )
@@ -105,8 +110,8 @@ class GrpcReferenceBackends:
 
     async def start(self) -> None:
         """Open the channels (inside the server's event loop)."""
-        appcenter = grpc.aio.insecure_channel(self._addresses["appcenter"])
-        issuemanager = grpc.aio.insecure_channel(self._addresses["issuemanager"])
+        appcenter = aio_channel(self._addresses["appcenter"], self._channel_settings)
+        issuemanager = aio_channel(self._addresses["issuemanager"], self._channel_settings)
         self._channels = [appcenter, issuemanager]
         self._appcenter = appcenter_pb2_grpc.AppCenterServiceStub(appcenter)
         self._issuemanager = issuemanager_pb2_grpc.IssueManagerServiceStub(issuemanager)
