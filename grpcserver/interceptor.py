@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import grpc
+from google.protobuf.message import Message
 
 from domainerrors import DomainError
 from grpcserver.auth import TokenRegistry
@@ -44,6 +45,7 @@ from grpcserver.authorization import (
 )
 from grpcserver.decoding import UndecodableRequest, tolerant_deserializer, undecodable_error
 from grpcserver.errors import internal_error, to_grpc_status
+from grpcserver.request_checks import check_request
 from grpcserver.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
@@ -132,6 +134,8 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         # SEC-1/SEC-3: roles and workspace as declared, before the handler runs; an unset
         # optional workspace binds the principal's own workspaces, never "all".
         scope = policy.admit(principal, None if streaming_request else request)
+        if not streaming_request and isinstance(request, Message):
+            check_request(request)  # SEC-2: unknown enum values, NUL characters
         return bind_call(scope)
 
     async def _admit_first_message(self, method: str, requests: Any) -> Any:
