@@ -152,6 +152,22 @@ class MethodPolicy:
                 declaration does not fit the request (fail closed).
             InvalidArgument: a required workspace field is empty.
         """
+        self.admit_caller(principal)
+        if self.workspace in (WorkspaceSource.FIELD, WorkspaceSource.OPTIONAL_FIELD):
+            if not isinstance(request, Message):
+                raise method_not_declared("this streaming method (declared with a field)")
+            return CallScope(principal, self._workspaces_of(principal, request))
+        return CallScope(principal, principal.scope)
+
+    def admit_caller(self, principal: Principal) -> None:
+        """Check what needs no request: the role and the deployment-wide requirement.
+
+        What :meth:`admit` checks first; also used for a request that cannot be decoded, so
+        a caller of the wrong role hears ``PERMISSION_DENIED`` whatever its bytes.
+
+        Raises:
+            PermissionDenied: ``ROLE_NOT_ALLOWED`` or ``DEPLOYMENT_SCOPE_REQUIRED``.
+        """
         if principal.role not in self.roles:
             raise _role_not_allowed(principal, self.roles)
         if self.deployment_wide and not principal.deployment_wide:
@@ -160,11 +176,6 @@ class MethodPolicy:
                 "changes records of every workspace",
                 reason="DEPLOYMENT_SCOPE_REQUIRED",
             )
-        if self.workspace in (WorkspaceSource.FIELD, WorkspaceSource.OPTIONAL_FIELD):
-            if not isinstance(request, Message):
-                raise method_not_declared("this streaming method (declared with a field)")
-            return CallScope(principal, self._workspaces_of(principal, request))
-        return CallScope(principal, principal.scope)
 
     def admit_first_message(self, principal: Principal, message: object) -> CallScope:
         """Check the first message of a ``FIRST_MESSAGE`` stream; return the narrowed scope.

@@ -245,12 +245,18 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
     # SEC-4: bytes that do not decode -------------------------------------------------
 
     def _undecodable(self, method: str, metadata: Any, request: UndecodableRequest) -> DomainError:
-        """Authenticate first (no token stays UNAUTHENTICATED), then refuse the bytes.
+        """Authenticate and check the caller first, then refuse the bytes.
 
-        The body cannot be read, so no workspace is checked: any authenticated caller
-        gets the same ``INVALID_ARGUMENT`` ``UNDECODABLE_REQUEST``.
+        No token stays ``UNAUTHENTICATED`` and an undeclared method or a caller of the wrong
+        role stays ``PERMISSION_DENIED``, whatever the body. The body cannot be read, so no
+        workspace is checked: any admitted caller gets ``INVALID_ARGUMENT``
+        ``UNDECODABLE_REQUEST``.
         """
         principal = self._tokens.authenticate(metadata)
+        policy = self._policies.get(method)
+        if policy is None:
+            return method_not_declared(method)
+        policy.admit_caller(principal)
         return self._log_undecodable(method, request, principal.subject)
 
     def _log_undecodable(

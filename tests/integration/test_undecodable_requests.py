@@ -128,6 +128,22 @@ def test_undecodable_bytes_are_invalid_argument_on_every_unary_method_of_every_s
     _assert_no_errors_or_tracebacks(caplog)
 
 
+@pytest.mark.spec("SEC-4", "SEC-3")
+def test_a_caller_the_table_refuses_hears_permission_denied_whatever_its_bytes(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    """Authorization needs no body: a device calling a purge with garbage is not told
+    INVALID_ARGUMENT (which would say the method is open to it)."""
+    host = live_server("host", database_url=migrated_db_url)
+    purge = _raw_unary(host.channel, "/agentactivity.host.v1.HostService/PurgeDeletedSessions")
+    code, reason, _ = _refusal(
+        lambda: purge(BAD_UTF8, metadata=auth_metadata("ws1-device"), timeout=10)
+    )
+    assert (code, reason) == (grpc.StatusCode.PERMISSION_DENIED, "ROLE_NOT_ALLOWED")
+    code, reason, _ = _refusal(lambda: purge(BAD_UTF8, metadata=ADMIN, timeout=10))
+    assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "UNDECODABLE_REQUEST")
+
+
 @pytest.mark.spec("SEC-4")
 def test_health_refuses_undecodable_bytes_without_a_token(
     live_server: Callable[..., LiveServer], caplog: pytest.LogCaptureFixture
