@@ -47,6 +47,7 @@ from grpcserver.decoding import UndecodableRequest, tolerant_deserializer, undec
 from grpcserver.errors import internal_error, to_grpc_status
 from grpcserver.request_checks import check_request
 from grpcserver.telemetry import Telemetry
+from store.integrity import store_refusal
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +166,12 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
     ) -> None:
         if isinstance(error, NotImplementedError):
             error = NotImplementedYet(f"{error or 'this RPC'} is not implemented in this build")
+        refusal = None if isinstance(error, DomainError) else store_refusal(error)
+        if refusal is not None:
+            # SEC-4: a write the store refused rolled back whole; the caller hears why,
+            # never INTERNAL (writers that expect a violation catch it before this).
+            log.warning("store refused a write: %s", refusal.message)
+            error = refusal
         if not isinstance(error, DomainError):
             log.error("unhandled error in handler", exc_info=error)
             error = internal_error()
