@@ -25,6 +25,7 @@ from google.protobuf.message import Message
 
 from conformance.runner import import_all_contracts
 from tests.support.readme import GrpcurlExample, grpcurl_examples, shell_blocks, shell_commands
+from tests.support.servers import TEST_PRINCIPALS
 from tests.support.suite_process import SuiteProcess, running_suite
 from tutti.suite import COMPANIONS, SUITE
 
@@ -224,7 +225,7 @@ def test_the_readme_conformance_commands_pass_against_tutti_up(tmp_path: Path) -
         check=False,
     )
     assert provisioned.returncode == 0, provisioned.stderr
-    assert len(tokens.read_text().split()) == 4
+    assert len(tokens.read_text().split()) == len(TEST_PRINCIPALS)  # one --token per principal
 
     up_command = ["/bin/bash", "-c", f"exec {local(up)} --base-port 0"]
     with running_suite(data, env=env, cwd=ROOT, command=up_command) as suite:
