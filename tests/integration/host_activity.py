@@ -7,14 +7,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 from sqlalchemy import func, select
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2, host_pb2_grpc
 from store.engine import create_sync_engine_for
 from store.models import Message, Turn
+from tests.support.rpc_errors import error_details
 from tests.support.runtime_client import ScriptedRuntime
 from tests.support.servers import LiveServer, auth_metadata
 
@@ -115,10 +114,4 @@ def start_host(live_server: Callable[..., LiveServer], url: str, **overrides: An
 
 def error_reason(error: grpc.RpcError) -> str:
     """The ErrorInfo reason of a failed call."""
-    status = rpc_status.from_call(error)  # type: ignore[arg-type]
-    assert status is not None
-    for detail in status.details:
-        info = error_details_pb2.ErrorInfo()
-        if detail.Unpack(info):
-            return str(info.reason)
-    return ""
+    return error_details(error)[1]

@@ -34,8 +34,6 @@ import grpc
 import pytest
 from google.protobuf import json_format
 from google.protobuf.message import Message
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 from sqlalchemy import Engine, select, update
 
 from agentactivity.appcenter.v1 import appcenter_pb2, appcenter_pb2_grpc
@@ -48,6 +46,7 @@ from agentactivity.refresolve.v1 import refresolve_pb2, refresolve_pb2_grpc
 from grpcserver.authorization import MethodPolicy, WorkspaceSource
 from store.models import Base, Session
 from tests.support.host_sessions import demo_target
+from tests.support.rpc_errors import error_details
 from tests.support.servers import LiveServer, auth_metadata, token_for
 from tests.support.session_trees import add_tree
 
@@ -690,17 +689,7 @@ def _workspace_value(case: Case) -> str | None:
 
 
 def _details(error: grpc.RpcError) -> tuple[str, set[str]]:
-    status = rpc_status.from_call(error)  # type: ignore[arg-type]
-    reason, fields = "", set()
-    for detail in status.details if status is not None else ():
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            reason = info.reason
-        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
-            fields |= {v.field for v in bad.field_violations}
+    _, reason, fields = error_details(error)
     return reason, fields
 
 

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from tests.support.activity_watch import Watcher
+from tests.support.rpc_errors import error_details
 from tests.support.runtime_client import ScriptedRuntime
 from tests.support.service_process import service_process
 
@@ -27,13 +26,7 @@ GRACE_SECONDS = 20.0
 
 
 def _reason(error: grpc.RpcError) -> str:
-    status = rpc_status.from_call(error)  # type: ignore[arg-type]
-    for detail in status.details if status is not None else ():
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            return str(info.reason)
-    return ""
+    return error_details(error)[1]
 
 
 @pytest.mark.spec("OPS-3", "ARCH-4", "HOST-OBS-2", "HOST-RT-1")

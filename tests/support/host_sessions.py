@@ -7,11 +7,10 @@ from typing import Any
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2, host_pb2_grpc
+from tests.support.rpc_errors import error_details
 from tests.support.servers import LiveServer, auth_metadata
 
 ADMIN = auth_metadata("admin")
@@ -88,16 +87,5 @@ def error_of(call: Callable[[], Any]) -> tuple[grpc.StatusCode, str, set[str], g
     """Run ``call``, expect an RpcError; return its code, ErrorInfo reason and violated fields."""
     with pytest.raises(grpc.RpcError) as caught:
         call()
-    error = caught.value
-    status = rpc_status.from_call(error)  # type: ignore[arg-type]
-    reason, fields = "", set()
-    for detail in status.details if status is not None else ():
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            reason = info.reason
-        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
-            fields |= {v.field for v in bad.field_violations}
-    return error.code(), reason, fields, error
+    code, reason, fields = error_details(caught.value)
+    return code, reason, fields, caught.value

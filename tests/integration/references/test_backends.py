@@ -7,29 +7,14 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from agentactivity.appcenter.v1 import appcenter_pb2
 from agentactivity.issuemanager.v1 import issuemanager_pb2
 from tests.support.references import ADMIN, WS1, ReferenceSuite, artifact
+from tests.support.rpc_errors import error_details
 from tests.support.servers import auth_metadata
 
-
-def _error(error: grpc.RpcError) -> tuple[grpc.StatusCode, str, set[str]]:
-    status = rpc_status.from_call(error)  # type: ignore[arg-type]
-    assert status is not None
-    reason, fields = "", set()
-    for detail in status.details:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            reason = info.reason
-        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
-            fields |= {v.field for v in bad.field_violations}
-    return error.code(), reason, fields
+_error = error_details
 
 
 def _list_all(
