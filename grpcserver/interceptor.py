@@ -189,6 +189,24 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         self._telemetry.rpc_count.add(1, attributes)
         self._telemetry.rpc_duration.record((time.perf_counter() - started) * 1000, attributes)
 
+    async def _enter(
+        self, method: str, metadata: Any, request: Any, streaming_request: bool
+    ) -> tuple[Any, Any]:
+        """Admit the call (undecodable bytes refused after the caller is checked); return
+        the bound call scope's token and the request (a stream: decoded, first message
+        admitted) to hand to the handler."""
+        if isinstance(request, UndecodableRequest):
+            raise self._undecodable(method, metadata, request)
+        token = self._admit(method, metadata, request, streaming_request)
+        if streaming_request:
+            try:
+                request = self._decoded_stream(method, request)
+                request = await self._admit_first_message(method, request)
+            except BaseException:
+                unbind_call(token)
+                raise
+        return token, request
+
     def _wrap_unary(
         self, method: str, metadata: Any, inner: Any, *, streaming_request: bool = False
     ) -> Callable[..., Awaitable[Any]]:
@@ -196,12 +214,7 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
             started = time.perf_counter()
             token = None
             try:
-                if isinstance(request, UndecodableRequest):
-                    raise self._undecodable(method, metadata, request)
-                token = self._admit(method, metadata, request, streaming_request)
-                if streaming_request:
-                    request = self._decoded_stream(method, request)
-                    request = await self._admit_first_message(method, request)
+                token, request = await self._enter(method, metadata, request, streaming_request)
                 result = inner(request, context)
                 if inspect.isawaitable(result):
                     result = await result
@@ -226,12 +239,7 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
             started = time.perf_counter()
             token = None
             try:
-                if isinstance(request, UndecodableRequest):
-                    raise self._undecodable(method, metadata, request)
-                token = self._admit(method, metadata, request, streaming_request)
-                if streaming_request:
-                    request = self._decoded_stream(method, request)
-                    request = await self._admit_first_message(method, request)
+                token, request = await self._enter(method, metadata, request, streaming_request)
                 result = inner(request, context)
                 if inspect.isawaitable(result):
                     await result
