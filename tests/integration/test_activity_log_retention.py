@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -28,6 +27,7 @@ from store.engine import create_sync_engine_for
 from store.models import ActivityEvent, ActivityEventRetention
 from tests.integration.host_activity import DEVICE, TARGET_ID, WS, error_reason, start_host
 from tests.support.activity_watch import Watcher
+from tests.support.polling import eventually
 from tests.support.servers import LiveServer, auth_metadata
 
 NOW = 10_000_000
@@ -100,14 +100,8 @@ async def _watch(
         await database.stop()
 
 
-def _eventually(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
-    """Poll an observable condition until it holds or the deadline passes."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
+def _eventually(condition: Callable[[], bool]) -> bool:
+    return eventually(condition, timeout=30.0)
 
 
 def _expired(url: str, feed: ActivityFeed, workspace_id: str, cursor: int) -> bool:

@@ -11,7 +11,6 @@ seam with the race forced into each order.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -32,6 +31,7 @@ from store.database import Database
 from store.engine import _WRITE_GATES
 from store.models import RuntimeCommandOutbox
 from tests.support.host_sessions import HostClient, demo_target
+from tests.support.polling import eventually
 from tests.support.runtime_client import ScriptedRuntime
 from tests.support.servers import LiveServer
 from tests.support.session_trees import add_tree
@@ -52,14 +52,7 @@ def _outbox(engine: Engine) -> list[tuple[str, str, str]]:
     return [(str(r[0]), str(r[1]), str(r[2])) for r in rows]
 
 
-def _eventually(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
-    """Poll an observable condition (acknowledgements are fire-and-forget frames)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
+_eventually = eventually
 
 
 class _Host(HostClient):

@@ -9,7 +9,6 @@ acknowledged, and the restored Session resumes through its next ``start_turn`` (
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -25,6 +24,7 @@ from services.host.context import HostContext
 from store.database import Database
 from store.models import Interaction, RuntimeCommandOutbox
 from tests.integration.host_activity import DEVICE, TARGET_ID, WS, HostUnderTest, start_host
+from tests.support.polling import eventually
 from tests.support.runtime_client import ScriptedRuntime, turn_patch
 from tests.support.servers import LiveServer
 from tests.support.session_trees import add_active_turn, add_tree, commands
@@ -48,14 +48,7 @@ def _outbox(engine: Engine) -> dict[str, tuple[str, str, str]]:
     return {str(r[0]): (str(r[1]), str(r[2]), str(r[3])) for r in rows}
 
 
-def _eventually(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
-    """Poll an observable condition (an acknowledgement is a fire-and-forget frame)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
+_eventually = eventually
 
 
 def _delete(host: HostUnderTest, *session_ids: str) -> host_pb2.DeleteSessionsResponse:
