@@ -22,6 +22,7 @@ from agentactivity.appcenter.v1 import appcenter_pb2
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import runtime_pb2
 from tests.integration.host_activity import WS, start_host
+from tests.support.hostile_requests import field_bytes
 from tests.support.rpc_errors import error_details
 from tests.support.runtime_client import turn_patch
 from tests.support.servers import LiveServer, auth_metadata
@@ -154,22 +155,7 @@ def test_health_refuses_undecodable_bytes_without_a_token(
     _assert_no_errors_or_tracebacks(caplog)
 
 
-def _field(number: int, payload: bytes) -> bytes:
-    """One length-delimited field (wire type 2)."""
-    tag, length = (number << 3) | 2, len(payload)
-    return _varint(tag) + _varint(length) + payload
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+_field = field_bytes
 
 
 def _number(message: Descriptor, name: str) -> int:
