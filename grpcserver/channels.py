@@ -16,6 +16,7 @@ The PEM files are read when the channel is built; an unreadable one is a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
@@ -52,12 +53,17 @@ def channel_credentials(settings: ServerSettings) -> grpc.ChannelCredentials | N
     )
 
 
-def aio_channel(address: str, settings: ServerSettings) -> grpc.aio.Channel:
-    """A ``grpc.aio`` channel to ``address`` (call inside the event loop that uses it)."""
+def aio_channel(
+    address: str,
+    settings: ServerSettings,
+    options: Sequence[tuple[str, int | str]] = (),
+) -> grpc.aio.Channel:
+    """A ``grpc.aio`` channel to ``address`` (call inside the event loop that uses it);
+    ``options`` are gRPC channel arguments such as ``grpc.max_receive_message_length``."""
     credentials = channel_credentials(settings)
     if credentials is None:
-        return grpc.aio.insecure_channel(address)
-    return grpc.aio.secure_channel(address, credentials)
+        return grpc.aio.insecure_channel(address, options=list(options))
+    return grpc.aio.secure_channel(address, credentials, options=list(options))
 
 
 def sync_channel(address: str, settings: ServerSettings) -> grpc.Channel:

@@ -2,25 +2,36 @@
 
 from __future__ import annotations
 
-from agentactivity.livestream.v1 import livestream_pb2, livestream_pb2_grpc
+from agentactivity.livestream.v1 import livestream_pb2
 from grpcserver.app import ServiceDefinition, definition_for
 from services.livestream.authorization import AUTHORIZATION
-from services.livestream.servicer import DeviceLinkServicer
+from services.livestream.registry import PublisherRegistry
+from services.livestream.servicer import DeviceLinkServicer, add_to_server
 from services.livestream.settings import Settings
+from services.livestream.source import ActivitySource, HostActivitySource
 
 __all__ = ["Settings", "build"]
 
 
-def build(settings: Settings) -> ServiceDefinition:
-    """Assemble the livestream service for :func:`grpcserver.app.serve`."""
+def build(settings: Settings, source: ActivitySource | None = None) -> ServiceDefinition:
+    """Assemble the livestream service for :func:`grpcserver.app.serve`.
+
+    ``source`` is how it reads Host; by default Host's gRPC API at ``TUTTI_HOST_ADDRESS``
+    with ``TUTTI_SERVICE_TOKEN``.
+    """
+    registry = PublisherRegistry(settings, source or HostActivitySource(settings))
     return definition_for(
         "livestream",
         [
             (
                 livestream_pb2.DESCRIPTOR.services_by_name["DeviceLinkService"],
-                livestream_pb2_grpc.add_DeviceLinkServiceServicer_to_server,
-                DeviceLinkServicer(),  # type: ignore[abstract]  # unimplemented RPCs: UNIMPLEMENTED
+                add_to_server,
+                DeviceLinkServicer(registry),
             )
         ],
         authorization=AUTHORIZATION,
+        on_start=[registry.start],
+        # Device links end as soon as new RPCs are refused (OPS-3); devices resume elsewhere.
+        on_drain=[registry.drain],
+        on_stop=[registry.stop],
     )

@@ -1373,6 +1373,7 @@ class PublisherInfo(_message.Message):
     EPOCH_STARTED_AT_UNIX_MS_FIELD_NUMBER: _builtins.int
     RETAINED_UNTIL_UNIX_MS_FIELD_NUMBER: _builtins.int
     ACKED_SEQUENCE_FIELD_NUMBER: _builtins.int
+    BINDINGS_FIELD_NUMBER: _builtins.int
     device_id: _builtins.str
     """device_id of the publisher's identity."""
     principal_id: _builtins.str
@@ -1404,6 +1405,10 @@ class PublisherInfo(_message.Message):
     def workspace_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """workspace_ids is the publisher's workspace scope, sorted."""
 
+    @_builtins.property
+    def bindings(self) -> _containers.RepeatedCompositeFieldContainer[Global___PublisherBinding]:
+        """bindings are the attachments of the current epoch, ordered by binding_id."""
+
     def __init__(
         self,
         *,
@@ -1418,10 +1423,11 @@ class PublisherInfo(_message.Message):
         epoch_started_at_unix_ms: _builtins.int = ...,
         retained_until_unix_ms: _builtins.int | None = ...,
         acked_sequence: _builtins.int = ...,
+        bindings: _abc.Iterable[Global___PublisherBinding] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_oldest_replayable_sequence", b"_oldest_replayable_sequence", "_retained_until_unix_ms", b"_retained_until_unix_ms", "oldest_replayable_sequence", b"oldest_replayable_sequence", "retained_until_unix_ms", b"retained_until_unix_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_oldest_replayable_sequence", b"_oldest_replayable_sequence", "_retained_until_unix_ms", b"_retained_until_unix_ms", "acked_sequence", b"acked_sequence", "connected", b"connected", "device_id", b"device_id", "epoch", b"epoch", "epoch_started_at_unix_ms", b"epoch_started_at_unix_ms", "latest_sequence", b"latest_sequence", "oldest_replayable_sequence", b"oldest_replayable_sequence", "principal_id", b"principal_id", "replay_bytes", b"replay_bytes", "retained_until_unix_ms", b"retained_until_unix_ms", "workspace_ids", b"workspace_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_oldest_replayable_sequence", b"_oldest_replayable_sequence", "_retained_until_unix_ms", b"_retained_until_unix_ms", "acked_sequence", b"acked_sequence", "bindings", b"bindings", "connected", b"connected", "device_id", b"device_id", "epoch", b"epoch", "epoch_started_at_unix_ms", b"epoch_started_at_unix_ms", "latest_sequence", b"latest_sequence", "oldest_replayable_sequence", b"oldest_replayable_sequence", "principal_id", b"principal_id", "replay_bytes", b"replay_bytes", "retained_until_unix_ms", b"retained_until_unix_ms", "workspace_ids", b"workspace_ids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__oldest_replayable_sequence: _TypeAlias = _typing.Literal["oldest_replayable_sequence"]  # noqa: Y015
     _WhichOneofArgType__oldest_replayable_sequence: _TypeAlias = _typing.Literal["_oldest_replayable_sequence", b"_oldest_replayable_sequence"]  # noqa: Y015
@@ -1433,3 +1439,41 @@ class PublisherInfo(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__retained_until_unix_ms) -> _WhichOneofReturnType__retained_until_unix_ms | None: ...
 
 Global___PublisherInfo: _TypeAlias = PublisherInfo  # noqa: Y015
+
+@_typing.final
+class PublisherBinding(_message.Message):
+    """PublisherBinding is one attachment a publisher holds (LIVE-ATT-1), for operators."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BINDING_ID_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
+    WORKSPACE_ID_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    CAUGHT_UP_FIELD_NUMBER: _builtins.int
+    binding_id: _builtins.str
+    """binding_id of the attachment slot."""
+    revision: _builtins.int
+    """revision is the binding's latest attach or detach revision."""
+    workspace_id: _builtins.str
+    """workspace_id of the attached Session."""
+    session_id: _builtins.str
+    """session_id of the attached Session."""
+    caught_up: _builtins.bool
+    """caught_up is true once the revision's `attachment_caught_up` was published."""
+    def __init__(
+        self,
+        *,
+        binding_id: _builtins.str = ...,
+        revision: _builtins.int = ...,
+        workspace_id: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        caught_up: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["binding_id", b"binding_id", "caught_up", b"caught_up", "revision", b"revision", "session_id", b"session_id", "workspace_id", b"workspace_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PublisherBinding: _TypeAlias = PublisherBinding  # noqa: Y015

@@ -1,0 +1,172 @@
+"""One Host activity subscription per workspace, shared by its publishers (ADR 0019).
+
+A :class:`WorkspaceFeed` watches one workspace through the :class:`ActivitySource`, maps
+what it receives once (:class:`~services.livestream.deliveries.DeliveryMapper`) and hands
+the bodies to every attached publisher. It owns LIVE-UP-1:
+
+- after a drop it resubscribes from its last durable event id, and the first thing its
+  publishers receive from the new subscription is a workspace-wide
+  ``upstream_resubscribed`` discontinuity (the deltas of the outage are gone);
+- when Host no longer holds that id (``EVENT_CURSOR_EXPIRED``) every publisher ends its
+  epoch and the feed starts again at the head.
+
+Reading and mapping run as two tasks, so what arrives while a batch is being mapped is
+mapped together next: adjacent appends coalesce under load (LIVE-COAL-1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Protocol
+
+from agentactivity.host.v1 import activity_pb2
+from agentactivity.livestream.v1 import livestream_pb2
+from services.livestream.deliveries import Body, DeliveryMapper
+from services.livestream.source import ActivitySource, CursorExpired, SourceUnavailable
+
+__all__ = ["FeedListener", "WorkspaceFeed"]
+
+log = logging.getLogger(__name__)
+
+MAX_RETRY_SECONDS = 30.0
+
+
+class FeedListener(Protocol):
+    """What a feed calls on each attached publisher."""
+
+    def deliver(self, bodies: list[Body]) -> None:
+        """Publish bodies of the feed's workspace, in order."""
+
+    def end_epoch(self) -> None:
+        """The Host cursor expired: end the epoch (LIVE-UP-1)."""
+
+    def wake(self) -> None:
+        """The feed became ready."""
+
+
+class WorkspaceFeed:
+    """A workspace's Host subscription and its attached publishers."""
+
+    def __init__(
+        self,
+        workspace_id: str,
+        source: ActivitySource,
+        mapper: DeliveryMapper,
+        *,
+        retry_seconds: float,
+    ) -> None:
+        self.workspace_id = workspace_id
+        self.listeners: set[FeedListener] = set()
+        self.last_event_id: int | None = None
+        self.resubscriptions = 0
+        self._source = source
+        self._mapper = mapper
+        self._retry_seconds = retry_seconds
+        self._ready = asyncio.Event()
+        self._pending: list[activity_pb2.ActivityEvent | Body] = []
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def ready(self) -> bool:
+        """Whether the Host subscription is registered (events are being buffered)."""
+        return self._ready.is_set()
+
+    async def wait_ready(self) -> None:
+        """Wait until the Host subscription is registered."""
+        await self._ready.wait()
+
+    def start(self) -> None:
+        """Start watching Host."""
+        if not self._tasks:
+            self._tasks = [
+                asyncio.create_task(self._read(), name=f"feed-read-{self.workspace_id}"),
+                asyncio.create_task(self._map(), name=f"feed-map-{self.workspace_id}"),
+            ]
+
+    async def stop(self) -> None:
+        """Stop watching Host."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+
+    async def _read(self) -> None:
+        delay = self._retry_seconds
+        dropped = False
+        while True:
+            try:
+                async for item in self._source.watch(self.workspace_id, self.last_event_id):
+                    if isinstance(item, activity_pb2.ActivityStreamReady):
+                        if self.last_event_id is None:
+                            self.last_event_id = item.head_event_id
+                        if dropped:
+                            # LIVE-UP-1: before any event of the new subscription.
+                            self.resubscriptions += 1
+                            self._push(
+                                self._mapper.workspace_discontinuity(
+                                    livestream_pb2.DISCONTINUITY_REASON_UPSTREAM_RESUBSCRIBED
+                                )
+                            )
+                            dropped = False
+                        self._ready.set()
+                        for listener in list(self.listeners):
+                            listener.wake()
+                        delay = self._retry_seconds
+                        continue
+                    if item.WhichOneof("event") != "message_delta":
+                        self.last_event_id = item.event_id
+                    self._push(item)
+            except CursorExpired as error:
+                log.warning(
+                    "activity cursor of %s expired (%s); epochs end", self.workspace_id, error
+                )
+                self._ready.clear()
+                self._publish_pending()
+                for listener in list(self.listeners):
+                    listener.end_epoch()
+                self.last_event_id = None
+                dropped = False
+                continue
+            except SourceUnavailable as error:
+                log.info(
+                    "activity feed of %s dropped (%s); resubscribing", self.workspace_id, error
+                )
+            self._ready.clear()
+            dropped = True
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MAX_RETRY_SECONDS)
+
+    def _push(self, item: activity_pb2.ActivityEvent | Body) -> None:
+        self._pending.append(item)
+        self._wake.set()
+
+    def _publish_pending(self) -> None:
+        """Map and publish everything read so far (what arrived together maps together)."""
+        items, self._pending = self._pending, []
+        bodies: list[Body] = []
+        run: list[activity_pb2.ActivityEvent] = []
+        for item in items:
+            if isinstance(item, Body):
+                bodies += self._mapper.map(run)
+                run = []
+                bodies.append(item)
+            else:
+                run.append(item)
+        bodies += self._mapper.map(run)
+        if bodies:
+            for listener in list(self.listeners):
+                listener.deliver(bodies)
+
+    async def _map(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                self._publish_pending()
+            except Exception:
+                log.exception("mapping activity of %s failed", self.workspace_id)
