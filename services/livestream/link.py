@@ -7,7 +7,8 @@ resume cursor (LIVE-RESUME-1) and then runs two loops until it ends:
   consecutive deliveries within the frame ceiling (LIVE-FRAME-1), then ``stream_ready``
   once every workspace feed is subscribed to Host (LIVE-CTL-1; replayed deliveries come
   first), and a ``ServerHeartbeat`` whenever nothing was sent for the heartbeat interval;
-- the reader applies the client's attaches, detaches and heartbeats.
+- the reader applies the client's attaches, detaches and heartbeats; a client half-close
+  does not end the call, only the device cancelling it does.
 
 A call that falls too far behind is closed ``RESOURCE_EXHAUSTED`` ``SLOW_CONSUMER`` by its
 publisher (ADR 0019); its memory is the one frame being written. Every refusal is a typed
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 
@@ -30,6 +32,7 @@ from domainerrors import (
     PermissionDenied,
 )
 from grpcserver.auth import Principal
+from grpcserver.errors import internal_error
 from services.livestream import attachments
 from services.livestream.encoding import (
     FRAME_OVERHEAD_BYTES,
@@ -45,6 +48,8 @@ from services.livestream.registry import PublisherRegistry, slow_consumer, super
 __all__ = ["CURRENT_REVISION", "DeviceLinkCall", "protocol_violation"]
 
 CURRENT_REVISION = livestream_pb2.LIVE_PROTOCOL_REVISION_1
+log = logging.getLogger(__name__)
+
 MAX_ID_CHARS = 256
 MAX_SCOPE_WORKSPACES = 64
 MAX_BINDINGS = 256
@@ -171,8 +176,6 @@ class DeviceLinkCall:
         while True:
             if call.close_error is not None:
                 raise call.close_error
-            if call.client_done:
-                return
             buffer = publisher.buffer
             if call.sent < buffer.latest_sequence:
                 if not buffer.holds_after(call.sent):
@@ -246,14 +249,12 @@ class DeviceLinkCall:
         except DomainError as error:
             call.close(error)
             return
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # noqa: BLE001 - the client went away mid-read
-            call.client_done = True
-            call.wakeup.set()
+        except Exception:
+            log.exception("DeviceLink request handling failed")
+            call.close(internal_error())
             return
-        call.client_done = True
-        call.wakeup.set()
+        # A half-close only means the device has nothing more to say; deliveries go on
+        # until it cancels the call (a read error is the call going away: the sender ends).
 
     def _apply(
         self, request: livestream_pb2.DeviceLinkRequest, publisher: Publisher, call: BoundCall

@@ -75,7 +75,6 @@ class BoundCall:
         self.wakeup = asyncio.Event()
         self.close_error: DomainError | None = None
         self.epoch_changed = False
-        self.client_done = False
 
     def close(self, error: DomainError) -> None:
         """End the call with ``error`` (the first reason wins)."""

@@ -84,10 +84,11 @@ class LiveServer:
 
 
 class _ServerThread(threading.Thread):
-    def __init__(self, name: str, settings: Any) -> None:
+    def __init__(self, name: str, settings: Any, build: Callable[[Any], Any] | None) -> None:
         super().__init__(name=f"server-{name}", daemon=True)
         self._name = name
         self._settings = settings
+        self._build = build
         self.started: Future[RunningServer] = Future()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._finished = threading.Event()
@@ -103,9 +104,10 @@ class _ServerThread(threading.Thread):
     async def _main(self) -> None:
         self._stop_event = asyncio.Event()
         module = importlib.import_module(f"services.{self._name}.app")
+        build = self._build or module.build
         try:
             running = await start_server(
-                module.build(self._settings), self._settings, tokens=test_registry()
+                build(self._settings), self._settings, tokens=test_registry()
             )
         except BaseException as error:  # noqa: BLE001 - surfaced to the test
             self.started.set_exception(error)
@@ -124,10 +126,11 @@ class _ServerThread(threading.Thread):
 
 @pytest.fixture
 def live_server(tmp_path: Path) -> Iterator[Callable[..., LiveServer]]:
-    """Start services by name: ``live_server("host", database_url=...)``."""
+    """Start services by name: ``live_server("host", database_url=...)``; ``build`` replaces
+    the service's ``build(settings)`` (for example to give livestream a scripted source)."""
     started: list[tuple[_ServerThread, grpc.Channel]] = []
 
-    def start(name: str, **overrides: Any) -> LiveServer:
+    def start(name: str, build: Callable[[Any], Any] | None = None, **overrides: Any) -> LiveServer:
         module = importlib.import_module(f"services.{name}.app")
         settings = module.Settings(
             listen_address="127.0.0.1:0",
@@ -135,7 +138,7 @@ def live_server(tmp_path: Path) -> Iterator[Callable[..., LiveServer]]:
             log_format="text",
             **overrides,
         )
-        thread = _ServerThread(name, settings)
+        thread = _ServerThread(name, settings, build)
         thread.start()
         running = thread.started.result(timeout=30)
         address = f"127.0.0.1:{running.port}"

@@ -172,7 +172,9 @@ class LiveSuite:
         return Link(self.livestream.channel, first if first is not None else hello(), **kwargs)
 
 
-def start_livestream(live_server: Callable[..., LiveServer], host: LiveServer, **overrides: Any) -> LiveServer:
+def start_livestream(
+    live_server: Callable[..., LiveServer], host: LiveServer, **overrides: Any
+) -> LiveServer:
     """A livestream server reading ``host`` with the service principal's token."""
     return live_server(
         "livestream", host_address=host.address, service_token=token_for("service"), **overrides
