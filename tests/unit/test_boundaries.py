@@ -58,3 +58,20 @@ def test_domain_errors_and_store_never_import_grpc() -> None:
             for module, _ in _imports(path):
                 assert not module.startswith(("grpc", "agentactivity")), f"{path}: {module}"
                 assert not module.startswith("services"), f"{path}: the store knows no service"
+
+
+@pytest.mark.spec("ARCH-2")
+def test_livestream_reads_host_only_through_its_generated_client_and_the_source() -> None:
+    """livestream imports nothing of Host but its generated client, and only the narrow
+    source module does (ADR 0019); the device-side Subscriber imports no server code."""
+    livestream = ROOT / "services" / "livestream"
+    for path in livestream.rglob("*.py"):
+        for module, names in _imports(path):
+            assert not module.startswith("store"), f"{path}: livestream has no store"
+            if module.startswith("agentactivity.host") and path.name != "source.py":
+                # Outside the source only the feed's event types: no Host RPC is called.
+                assert module == "agentactivity.host.v1" and set(names) <= {"activity_pb2"}, (
+                    f"{path} reads Host outside the source: {module} {names}"
+                )
+            if path.parent.name == "subscriber" and module.startswith("services."):
+                assert module.startswith("services.livestream.subscriber"), f"{path}: {module}"

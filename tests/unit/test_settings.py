@@ -8,6 +8,7 @@ import pytest
 
 from grpcserver.settings import DEFAULT_PORTS, ServerSettings
 from services.host.settings import Settings as HostSettings
+from services.livestream.settings import Settings as LivestreamSettings
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
@@ -29,6 +30,17 @@ def test_every_host_setting_is_documented() -> None:
     missing = [
         f"TUTTI_{name.upper()}"
         for name in HostSettings.model_fields
+        if f"`TUTTI_{name.upper()}`" not in text
+    ]
+    assert not missing
+
+
+@pytest.mark.spec("OPS-1")
+def test_every_livestream_setting_is_documented() -> None:
+    text = DOCS.read_text()
+    missing = [
+        f"TUTTI_{name.upper()}"
+        for name in LivestreamSettings.model_fields
         if f"`TUTTI_{name.upper()}`" not in text
     ]
     assert not missing
