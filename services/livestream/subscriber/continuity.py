@@ -364,11 +364,7 @@ class ContinuityMachine:
             raise _Broken(ReconcileReason.PROTOCOL_ERROR, "a batch needs an epoch and deliveries")
         first = batch.deliveries[0]
         if batch.epoch != self._epoch:
-            if first.sequence != 1:
-                raise _Broken(
-                    ReconcileReason.GAP,
-                    f"epoch {batch.epoch!r} arrived at sequence {first.sequence}, not 1",
-                )
+            # A new epoch starts at 0: the loop below refuses a first sequence other than 1.
             if self._epoch is not None and first.WhichOneof("kind") != "resume_rejected":
                 raise _Broken(
                     ReconcileReason.GAP,
