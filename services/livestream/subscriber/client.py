@@ -458,11 +458,12 @@ class Subscriber:
         workspace_id: str,
         session_id: str,
         caller_turn_id: str | None = None,
-    ) -> int:
+    ) -> int | None:
         """Attach ``binding_id`` to a Session (LIVE-ATT-1); returns the revision sent.
 
         The revision (persisted last + 1) is saved before it is sent. When no call is
-        ready, it is sent when the next one is, with a newer revision.
+        ready the attach is only recorded (``None``): the next ready call sends it.
+        Attaching again, even to the same Session, reruns the baseline.
         """
         if workspace_id not in self.workspace_ids:
             raise ValueError(f"workspace {workspace_id!r} is outside this link's scope")
@@ -471,8 +472,9 @@ class Subscriber:
             self._require_machine().state.desired[binding_id] = want
             return await self._send_locked(binding_id, want)
 
-    async def detach(self, binding_id: str) -> int:
-        """End the attachment of ``binding_id``; returns the revision sent."""
+    async def detach(self, binding_id: str) -> int | None:
+        """End the attachment of ``binding_id``; returns the revision sent (``None``: not
+        connected; the next ready call detaches it if the server still holds it)."""
         async with self._control:
             self._require_machine().state.desired.pop(binding_id, None)
             return await self._send_locked(binding_id, None)
@@ -489,14 +491,15 @@ class Subscriber:
             raise RuntimeError("the Subscriber is not started")
         return self._machine
 
-    async def _send_locked(self, binding_id: str, want: DesiredAttachment | None) -> int:
+    async def _send_locked(self, binding_id: str, want: DesiredAttachment | None) -> int | None:
         machine = self._require_machine()
+        link = self._link
+        if link is None or not machine.ready:
+            await self._persist()  # the desired state; the next ready call's resync sends it
+            return None
         revision = machine.state.revisions.get(binding_id, 0) + 1
         machine.state.revisions[binding_id] = revision
         await self._persist()  # the revision is durable before the server can see it
-        link = self._link
-        if link is None or not machine.ready:
-            return revision  # the next ready call's resync sends it
         if want is None:
             request = livestream_pb2.DeviceLinkRequest(
                 detach=livestream_pb2.ClientDetach(binding_id=binding_id, revision=revision)
