@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from grpcserver.settings import ServerSettings
 from tutti.conformance_commands import conformance_app
+from tutti.live_commands import live_app
 from tutti.local_auth import ensure_local_credentials
 from tutti.reference_commands import refdata_app, reference_app
 from tutti.session_commands import ensure_local_workspace, session_app
@@ -24,6 +25,7 @@ app = typer.Typer(no_args_is_help=True, help="Operate the Agent Activity Service
 app.add_typer(reference_app, name="reference")
 app.add_typer(refdata_app, name="refdata")
 app.add_typer(session_app, name="session")
+app.add_typer(live_app, name="live")
 
 
 def _service_module(name: str) -> ModuleType:
