@@ -209,7 +209,9 @@ class _Link:
         self.call = call
         self.local_end: str | None = None
         """Why the Subscriber cancelled this call itself, if it did."""
-        self.last_frame_at = time.monotonic()
+        self.reading_since: float | None = None
+        """When the pending read started (``None`` while frames are being processed, so
+        an application slow to consume events is not mistaken for a silent server)."""
         self._lock = asyncio.Lock()
 
     async def write(self, request: livestream_pb2.DeviceLinkRequest) -> bool:
@@ -410,6 +412,12 @@ class Subscriber:
     def state(self) -> DeviceState:
         """A copy of the device state as it is now (cursor, projection, revisions)."""
         return self._require_machine().state.copy()
+
+    @property
+    def machine(self) -> ContinuityMachine:
+        """The continuity machine, for diagnostics (``filtered``, ``heartbeats``,
+        ``epoch``, ``last_sequence``); do not feed it."""
+        return self._require_machine()
 
     @property
     def cursor(self) -> Cursor | None:
@@ -622,12 +630,13 @@ class Subscriber:
         try:
             await link.write(self._hello(cursor))
             while True:
+                link.reading_since = time.monotonic()
                 frame = await link.call.read()
+                link.reading_since = None
                 if not isinstance(frame, livestream_pb2.DeviceLinkResponse):  # EOF
                     code = await link.call.code()
                     details = await link.call.details()
                     return LinkEnd(code, "", details or "call ended", reached_ready=reached_ready)
-                link.last_frame_at = time.monotonic()
                 events = machine.feed(frame)
                 if frame.WhichOneof("kind") == "deliveries" or machine.broken:
                     await self._persist()  # only these change the cursor or projection
@@ -685,7 +694,8 @@ class Subscriber:
         interval = interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
-            if time.monotonic() - link.last_frame_at > interval * self._silence_factor:
+            waiting = link.reading_since
+            if waiting is not None and time.monotonic() - waiting > interval * self._silence_factor:
                 # The server heartbeats whenever it is idle, so silence means a dead path
                 # that TCP and HTTP/2 keepalive have not noticed yet.
                 link.cut("HEARTBEAT_TIMEOUT")
