@@ -116,4 +116,6 @@ def add_to_server(servicer: DeviceLinkServicer, server: grpc.aio.Server) -> None
             response_serializer=livestream_pb2.ListPublishersResponse.SerializeToString,
         ),
     }
+    # As the generated ``add_*_to_server`` does: the generic handler and the registered one.
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    server.add_registered_method_handlers(SERVICE, handlers)
