@@ -534,16 +534,18 @@ class Subscriber:
                 want = state.desired.get(binding_id)
                 have = state.attachments.get(binding_id)
                 if want is not None:
-                    confirmed = have is not None and (
-                        have.revision,
-                        have.workspace_id,
-                        have.session_id,
-                        have.caller_turn_id,
-                    ) == (
-                        state.revisions.get(binding_id, 0),
-                        want.workspace_id,
-                        want.session_id,
-                        want.caller_turn_id,
+                    # The server answered our latest revision for what is desired now (an
+                    # attach recorded while disconnected changed `want`, not the revision).
+                    # A rejection may come without attachment_changed, hence no caller.
+                    confirmed = (
+                        have is not None
+                        and have.revision == state.revisions.get(binding_id, 0)
+                        and (have.workspace_id, have.session_id)
+                        == (want.workspace_id, want.session_id)
+                        and (
+                            have.rejected_reason is not None
+                            or have.caller_turn_id == want.caller_turn_id
+                        )
                     )
                     if not confirmed:
                         await self._send_locked(binding_id, want)
