@@ -194,9 +194,8 @@ class DeviceLinkCall:
                 yield self._stream_ready(publisher, call, resumed=resumed)
                 continue
             call.wakeup.clear()
+            # A feed becoming ready wakes the call too (``Publisher.wake``).
             timeout = interval - (time.monotonic() - last_write)
-            if not ready_sent:
-                timeout = min(timeout, 0.05)  # the feeds become ready without a delivery
             if timeout > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(call.wakeup.wait(), timeout)
