@@ -34,7 +34,7 @@ from typing import Any
 from google.protobuf.descriptor import FieldDescriptor, ServiceDescriptor
 from google.protobuf.message import Message
 
-from domainerrors import InvalidArgument, PermissionDenied
+from domainerrors import FieldViolation, InvalidArgument, PermissionDenied
 from grpcserver.auth import Principal, Role, bind_principal, unbind_principal
 
 ANY_ROLE: tuple[Role, ...] = (Role.DEVICE, Role.SERVICE, Role.ADMIN)
@@ -132,12 +132,15 @@ class MethodPolicy:
             ``FIRST_MESSAGE``; a string or repeated string field.
         deployment_wide: The principal must be deployment-wide (``workspaces: ["*"]``):
             set for writes to deployment-wide records, which affect every workspace.
+        missing_reason: ``ErrorInfo.reason`` of the ``INVALID_ARGUMENT`` when the workspace
+            field is empty (a protocol may name its own, e.g. ``PROTOCOL_VIOLATION``).
     """
 
     roles: frozenset[Role]
     workspace: WorkspaceSource
     field: str | None = None
     deployment_wide: bool = False
+    missing_reason: str | None = None
 
     def admit(self, principal: Principal, request: object) -> CallScope:
         """Check the role and, for a request field, the workspace; return the call's scope.
@@ -195,9 +198,13 @@ class MethodPolicy:
             return principal.scope
         if not values or not all(values):
             first = self.workspace is WorkspaceSource.FIRST_MESSAGE
-            raise InvalidArgument.for_field(
-                self.field,
-                "the first message must name a workspace" if first else "must name a workspace",
+            description = (
+                "the first message must name a workspace" if first else "must name a workspace"
+            )
+            raise InvalidArgument(
+                f"{self.field}: {description}",
+                reason=self.missing_reason,
+                field_violations=[FieldViolation(self.field, description)],
             )
         for workspace_id in values:
             if not principal.may_access(workspace_id):
@@ -236,9 +243,12 @@ def optional_workspace(*roles: Role, path: str = "workspace_id") -> MethodPolicy
     return MethodPolicy(frozenset(roles), WorkspaceSource.OPTIONAL_FIELD, path)
 
 
-def first_message(*roles: Role, path: str) -> MethodPolicy:
-    """A client stream whose first message names its workspaces at ``path``."""
-    return MethodPolicy(frozenset(roles), WorkspaceSource.FIRST_MESSAGE, path)
+def first_message(*roles: Role, path: str, missing_reason: str | None = None) -> MethodPolicy:
+    """A client stream whose first message names its workspaces at ``path``;
+    ``missing_reason`` is the refusal's reason when it names none."""
+    return MethodPolicy(
+        frozenset(roles), WorkspaceSource.FIRST_MESSAGE, path, missing_reason=missing_reason
+    )
 
 
 def each_frame(*roles: Role) -> MethodPolicy:

@@ -15,7 +15,14 @@ from grpcserver.authorization import ServiceAuthorization, first_message, option
 DEVICE_LINK_SERVICE = ServiceAuthorization(
     livestream_pb2.DESCRIPTOR.services_by_name["DeviceLinkService"],
     {
-        "DeviceLink": first_message(Role.DEVICE, Role.ADMIN, path="hello.workspace_ids"),
+        # A first message that is not a hello (or names no workspace) breaks the live
+        # protocol: PROTOCOL_VIOLATION, as the contract says (LIVE-LINK-1).
+        "DeviceLink": first_message(
+            Role.DEVICE,
+            Role.ADMIN,
+            path="hello.workspace_ids",
+            missing_reason="PROTOCOL_VIOLATION",
+        ),
         "ListPublishers": optional_workspace(Role.DEVICE, Role.ADMIN),
     },
 )

@@ -506,3 +506,28 @@ def test_drain_ends_device_links_with_draining(
     live.stop(grace=5.0)
     code, reason, _ = error_details(link.wait_error())
     assert (code, reason) == (grpc.StatusCode.UNAVAILABLE, "DRAINING")
+
+
+@pytest.mark.spec("LIVE-LINK-1")
+@pytest.mark.parametrize(
+    "first",
+    [
+        livestream_pb2.DeviceLinkRequest(
+            attach=livestream_pb2.ClientAttach(binding_id="b", revision=1, session_id="s1")
+        ),
+        livestream_pb2.DeviceLinkRequest(),
+        hello(workspaces=()),
+    ],
+    ids=["attach-first", "unset-kind", "empty-scope"],
+)
+def test_a_first_request_that_is_not_a_hello_naming_a_scope_is_a_protocol_violation(
+    live: LiveServer, links: list[Link], first: livestream_pb2.DeviceLinkRequest
+) -> None:
+    link = Link(live.channel, first)
+    links.append(link)
+    code, reason, fields = error_details(link.wait_error())
+    assert (code, reason, fields) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "PROTOCOL_VIOLATION",
+        {"hello.workspace_ids"},
+    )
