@@ -133,9 +133,17 @@ class WorkspaceFeed:
                 dropped = False
                 continue
             except SourceUnavailable as error:
-                log.info(
-                    "activity feed of %s dropped (%s); resubscribing", self.workspace_id, error
-                )
+                if error.code in ("UNAVAILABLE", "CANCELLED", "RESOURCE_EXHAUSTED"):
+                    log.info(
+                        "activity feed of %s dropped (%s); resubscribing", self.workspace_id, error
+                    )
+                else:  # a refusal: the service token or Host address is wrong
+                    log.warning(
+                        "Host refused the activity feed of %s (%s); check TUTTI_SERVICE_TOKEN "
+                        "and TUTTI_HOST_ADDRESS; retrying",
+                        self.workspace_id,
+                        error,
+                    )
             self._ready.clear()
             dropped = True
             await asyncio.sleep(delay)

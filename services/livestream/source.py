@@ -44,7 +44,15 @@ BASELINE_READ_SECONDS = 30.0
 
 
 class SourceUnavailable(Exception):
-    """Host could not be read now (transport loss, drain); retry later."""
+    """Host could not be read now (transport loss, drain, or a refusal); retry later.
+
+    ``code`` is the gRPC status name Host answered ("UNAVAILABLE" for a transport loss); a
+    refusal such as ``PERMISSION_DENIED`` means this process is misconfigured.
+    """
+
+    def __init__(self, message: str, code: str = "UNAVAILABLE") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class CursorExpired(Exception):
@@ -161,7 +169,9 @@ class HostActivitySource:
                 _reason(error) == "EVENT_CURSOR_EXPIRED"
             ):
                 raise CursorExpired(error.details() or "cursor expired") from None
-            raise SourceUnavailable(f"{error.code().name}: {error.details()}") from None
+            raise SourceUnavailable(
+                f"{error.code().name}: {error.details()}", error.code().name
+            ) from None
         finally:
             call.cancel()
 
@@ -192,7 +202,9 @@ class HostActivitySource:
         except grpc.aio.AioRpcError as error:
             if error.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION):
                 raise SessionNotFound(session_id) from None
-            raise SourceUnavailable(f"{error.code().name}: {error.details()}") from None
+            raise SourceUnavailable(
+                f"{error.code().name}: {error.details()}", error.code().name
+            ) from None
         root = interaction_root(detail.session, turns)
         roots = {
             t.turn_id: (t.root_turn_id if t.HasField("root_turn_id") else t.turn_id) for t in turns
