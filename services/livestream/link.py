@@ -127,6 +127,17 @@ def _pack(epoch: str, entries: list[bytes], max_frame_bytes: int) -> tuple[bytes
     return batch_frame(epoch, entries[:count]), count
 
 
+async def _wait(event: asyncio.Event, seconds: float) -> None:
+    """Wait for ``event`` (cleared first) or ``seconds``; cheaper than ``asyncio.wait_for``,
+    which wraps every wait in a task (this runs once per frame per call)."""
+    event.clear()
+    handle = asyncio.get_running_loop().call_later(seconds, event.set)
+    try:
+        await event.wait()
+    finally:
+        handle.cancel()
+
+
 class DeviceLinkCall:
     """Serves one DeviceLink call; see the module docstring."""
 
@@ -170,9 +181,11 @@ class DeviceLinkCall:
     ) -> AsyncIterator[bytes]:
         settings = self._settings
         interval = settings.live_heartbeat_interval_seconds
+        linger = settings.live_batch_linger_seconds
+        flush_bytes = settings.live_max_frame_bytes // 2
         hidden = hidden_workspaces(publisher.key.workspace_ids, call.principal)
         ready_sent = False
-        last_write = time.monotonic()
+        last_write = last_batch = time.monotonic()
         while True:
             if call.close_error is not None:
                 raise call.close_error
@@ -180,12 +193,19 @@ class DeviceLinkCall:
             if call.sent < buffer.latest_sequence:
                 if not buffer.holds_after(call.sent):
                     raise slow_consumer()
+                # LIVE-FRAME-1 batching: under sustained traffic a live call sends at most
+                # one frame per linger interval, so deliveries share frames; an idle call
+                # (or a replay, or half a frame pending) sends at once.
+                since = time.monotonic() - last_batch
+                if ready_sent and since < linger and buffer.bytes_after(call.sent) < flush_bytes:
+                    await asyncio.sleep(linger - since)
+                    continue
                 entries = buffer.after(call.sent, FRAME_ENTRIES)
                 if hidden:
                     entries = [project(e, hidden) for e in entries]
                 frame, count = _pack(publisher.epoch, entries, settings.live_max_frame_bytes)
                 call.sent += count
-                last_write = time.monotonic()
+                last_write = last_batch = time.monotonic()
                 yield frame
                 continue
             if not ready_sent and self._feeds_ready(publisher):
@@ -193,12 +213,10 @@ class DeviceLinkCall:
                 last_write = time.monotonic()
                 yield self._stream_ready(publisher, call, resumed=resumed)
                 continue
-            call.wakeup.clear()
             # A feed becoming ready wakes the call too (``Publisher.wake``).
             timeout = interval - (time.monotonic() - last_write)
             if timeout > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(call.wakeup.wait(), timeout)
+                await _wait(call.wakeup, timeout)
                 continue
             last_write = time.monotonic()
             yield frame_bytes(
