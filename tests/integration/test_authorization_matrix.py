@@ -28,6 +28,7 @@ import importlib
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
@@ -45,9 +46,12 @@ from agentactivity.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
 from agentactivity.refresolve.v1 import refresolve_pb2, refresolve_pb2_grpc
 from grpcserver.authorization import MethodPolicy, WorkspaceSource
 from store.models import Base, Session
+from tests.contract.live_link import RawLink
+from tests.integration.host_activity import start_host
+from tests.integration.livestream.link_client import start_livestream
 from tests.support.host_sessions import demo_target
 from tests.support.rpc_errors import error_details
-from tests.support.servers import LiveServer, auth_metadata, token_for
+from tests.support.servers import TEST_PRINCIPALS, LiveServer, auth_metadata, token_for
 from tests.support.session_trees import add_tree
 
 OWN, FOREIGN = "ws-1", "ws-2"
@@ -874,3 +878,219 @@ def test_every_rpc_role_and_case_is_authorized_as_declared(
             failures.append(problem)
     assert ran == sum(1 for _ in _by_server(server))
     assert not failures, f"{len(failures)} of {ran} cases failed:\n" + "\n".join(failures)
+
+
+# ------------------------------------------- livestream x every fixture principal
+#
+# DeviceLink and ListPublishers against every principal of principals.yaml (read from the
+# file, so a principal added there is covered here), with the expectation derived from
+# its declared role, workspaces and expiry, and the credential cases. Livestream reads a
+# real Host, so an admitted DeviceLink is proven admitted by its stream_ready; the
+# publishers a ListPublishers shows are checked too (device: its own; admin: every one
+# within its workspaces).
+
+LIVE_CREDENTIALS = {
+    "no token": CREDENTIALS["no token"],
+    "malformed header": CREDENTIALS["malformed header"],
+    "bad token": CREDENTIALS["bad token"],
+}
+LIVE_SCOPES = {"own": [OWN], "foreign": [FOREIGN], "both": [OWN, FOREIGN], "empty": []}
+
+
+def _fixture_expectation(name: str, workspaces: list[str]) -> Expected:
+    """What principals.yaml says ``name`` may do with DeviceLink/ListPublishers."""
+    spec = TEST_PRINCIPALS[name]
+    not_after = spec.get("not_after")
+    if not_after is not None and datetime.fromisoformat(str(not_after)) < datetime.now(UTC):
+        return Expected(grpc.StatusCode.UNAUTHENTICATED, "EXPIRED_CREDENTIALS")
+    if spec["role"] not in DEVICE_ADMIN:
+        return Expected(grpc.StatusCode.PERMISSION_DENIED, "ROLE_NOT_ALLOWED")
+    held = set(spec["workspaces"])
+    if "*" not in held and not set(workspaces) <= held:
+        return Expected(grpc.StatusCode.PERMISSION_DENIED, "WORKSPACE_SCOPE_MISMATCH")
+    return ADMITTED
+
+
+def _device_hello(device: str, workspaces: list[str]) -> bytes:
+    return livestream_pb2.DeviceLinkRequest(
+        hello=livestream_pb2.ClientHello(
+            protocol_revision=livestream_pb2.LIVE_PROTOCOL_REVISION_1,
+            device_id=device,
+            workspace_ids=workspaces,
+        )
+    ).SerializeToString()
+
+
+def _open_link(
+    live: LiveServer, metadata: tuple[tuple[str, str], ...], hello: bytes
+) -> tuple[RawLink, grpc.StatusCode, str, set[str]]:
+    """Open a link; it is admitted once stream_ready arrives, refused when it ends."""
+    link = RawLink(live.channel, metadata, [hello])
+    ready = link.wait(lambda frames: any(f.kind == "stream_ready" for f in frames), timeout=15)
+    if ready:
+        return link, grpc.StatusCode.OK, "", set()
+    assert link.error is not None
+    code, reason, fields = error_details(link.error)
+    return link, code, reason, fields
+
+
+@pytest.mark.spec("SEC-1", "SEC-3", "LIVE-LINK-1", "LIVE-PUB-1")
+@pytest.mark.timeout(300)
+def test_livestream_rpcs_against_every_fixture_principal(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    host = start_host(live_server, migrated_db_url)
+    live = start_livestream(live_server, host.server)
+    stub = livestream_pb2_grpc.DeviceLinkServiceStub(live.channel)
+    failures: list[str] = []
+    opened: list[RawLink] = []
+    publishers: dict[str, set[str]] = {}  # device id -> its scope, for admitted links
+    owners: dict[str, str] = {}
+    cases = 0
+    try:
+        for name in TEST_PRINCIPALS:
+            for label, workspaces in LIVE_SCOPES.items():
+                device = f"{name}-{label}"
+                link, code, reason, fields = _open_link(
+                    live, auth_metadata(name), _device_hello(device, workspaces)
+                )
+                opened.append(link)
+                cases += 1
+                want = _fixture_expectation(name, workspaces)
+                if label == "empty" and want in (
+                    ADMITTED,
+                    Expected(grpc.StatusCode.PERMISSION_DENIED, "WORKSPACE_SCOPE_MISMATCH"),
+                ):
+                    want = Expected(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        "PROTOCOL_VIOLATION",
+                        "hello.workspace_ids",
+                    )
+                got = Expected(None if code == grpc.StatusCode.OK else code, reason)
+                if (got.code, got.reason) != (want.code, want.reason) or (
+                    want.field is not None and fields != {want.field}
+                ):
+                    failures.append(
+                        f"DeviceLink as {name} scope {workspaces}: expected {want.code} "
+                        f"{want.reason}, got {code} {reason} {sorted(fields)}"
+                    )
+                if code == grpc.StatusCode.OK:
+                    publishers[device] = set(workspaces)
+                    owners[device] = name
+                    # An attach outside the link's scope is refused, whoever asks.
+                    if FOREIGN not in workspaces:
+                        attach = livestream_pb2.DeviceLinkRequest(
+                            attach=livestream_pb2.ClientAttach(
+                                binding_id="b", revision=1, workspace_id=FOREIGN, session_id="s1"
+                            )
+                        )
+                        probe, *_ = _open_link(
+                            live, auth_metadata(name), _device_hello(f"{device}-x", workspaces)
+                        )
+                        opened.append(probe)
+                        probe.send(attach.SerializeToString())
+                        error = probe.wait_error(timeout=15)
+                        cases += 1
+                        if error_details(error)[:2] != (
+                            grpc.StatusCode.PERMISSION_DENIED,
+                            "WORKSPACE_SCOPE_MISMATCH",
+                        ):
+                            failures.append(
+                                f"attach to {FOREIGN} as {name}: {error_details(error)}"
+                            )
+        for credential, (metadata, reason) in LIVE_CREDENTIALS.items():
+            link, code, got_reason, _ = _open_link(live, metadata, _device_hello("c", [OWN]))
+            opened.append(link)
+            cases += 1
+            if (code, got_reason) != (grpc.StatusCode.UNAUTHENTICATED, reason):
+                failures.append(f"DeviceLink with {credential}: got {code} {got_reason}")
+        # ListPublishers: every principal x workspace unset / own / foreign.
+        for name, spec in TEST_PRINCIPALS.items():
+            for workspace in (None, OWN, FOREIGN):
+                request = livestream_pb2.ListPublishersRequest(page_size=1000)
+                if workspace is not None:
+                    request.workspace_id = workspace
+                want = _fixture_expectation(name, [] if workspace is None else [workspace])
+                cases += 1
+                try:
+                    response = stub.ListPublishers(
+                        request, metadata=auth_metadata(name), timeout=15
+                    )
+                except grpc.RpcError as error:
+                    code, reason, _ = error_details(error)
+                    if (code, reason) != (want.code, want.reason):
+                        failures.append(
+                            f"ListPublishers({workspace}) as {name}: expected {want.code} "
+                            f"{want.reason}, got {code} {reason}"
+                        )
+                    continue
+                if want.refused:
+                    failures.append(f"ListPublishers({workspace}) as {name}: admitted")
+                    continue
+                held = set(spec["workspaces"])
+                visible = {
+                    device
+                    for device, scope in publishers.items()
+                    if (spec["role"] == "admin" or owners[device] == name)
+                    and ("*" in held or scope <= held)
+                    and (workspace is None or workspace in scope)
+                }
+                # Multi-workspace publishers under a workspace filter: the xfail test below.
+                single = {device for device, scope in publishers.items() if len(scope) == 1}
+                if workspace is not None:
+                    visible &= single
+                shown = {p.device_id for p in response.publishers} & set(publishers)
+                if workspace is not None:
+                    shown &= single
+                if shown != visible:
+                    failures.append(
+                        f"ListPublishers({workspace}) as {name}: shows {sorted(shown)}, "
+                        f"expected {sorted(visible)}"
+                    )
+        for credential, (metadata, reason) in CREDENTIALS.items():
+            cases += 1
+            try:
+                stub.ListPublishers(livestream_pb2.ListPublishersRequest(), metadata=metadata)
+                failures.append(f"ListPublishers with {credential}: admitted")
+            except grpc.RpcError as error:
+                code, got_reason, _ = error_details(error)
+                if (code, got_reason) != (grpc.StatusCode.UNAUTHENTICATED, reason):
+                    failures.append(f"ListPublishers with {credential}: {code} {got_reason}")
+    finally:
+        for link in opened:
+            link.cancel()
+    assert cases >= len(TEST_PRINCIPALS) * (len(LIVE_SCOPES) + 3)
+    assert not failures, f"{len(failures)} of {cases} cases failed:\n" + "\n".join(failures)
+
+
+@pytest.mark.spec("SEC-3", "LIVE-PUB-1")
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "server bug: ListPublishers(workspace_id=W) lists only publishers whose whole scope is "
+        "within {W}: the interceptor narrows the call scope to the requested workspace and the "
+        "handler then requires scope <= call scope, so even a deployment-wide admin does not "
+        "see a publisher of [ws-1, ws-2] when filtering by ws-1 (the contract: 'restricts the "
+        "list to publishers whose scope contains it'; admin 'sees every publisher')"
+    ),
+)
+def test_list_publishers_by_workspace_shows_a_multi_workspace_publisher_to_admin(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    host = start_host(live_server, migrated_db_url)
+    live = start_livestream(live_server, host.server)
+    link, code, reason, _ = _open_link(
+        live, auth_metadata("admin"), _device_hello("two-workspaces", [OWN, FOREIGN])
+    )
+    try:
+        assert code == grpc.StatusCode.OK, (code, reason)
+        stub = livestream_pb2_grpc.DeviceLinkServiceStub(live.channel)
+        for workspace in (OWN, FOREIGN):
+            response = stub.ListPublishers(
+                livestream_pb2.ListPublishersRequest(workspace_id=workspace),
+                metadata=auth_metadata("admin"),
+                timeout=15,
+            )
+            assert [p.device_id for p in response.publishers] == ["two-workspaces"], workspace
+    finally:
+        link.cancel()
