@@ -360,9 +360,17 @@ def narrow_call(scope: CallScope) -> None:
 
 
 def unbind_call(binding: CallBinding) -> None:
-    """Undo :func:`bind_call`."""
-    _scope.reset(binding.scope_token)
-    unbind_principal(binding.principal_token)
+    """Undo :func:`bind_call`.
+
+    A cancelled streaming call's handler generator may be finalized by asyncio in another
+    context than the one it ran in; its bindings then died with their context and there
+    is nothing to undo (resetting would raise ``ValueError``).
+    """
+    try:
+        _scope.reset(binding.scope_token)
+        unbind_principal(binding.principal_token)
+    except ValueError:
+        return
 
 
 def current_scope() -> CallScope:

@@ -14,20 +14,44 @@ from grpc_status import rpc_status
 
 from domainerrors import DomainError, Internal, InvalidArgument
 
+MESSAGE_LIMIT = 512
+"""Characters of a status message or field description sent; the rest is cut."""
+
+VALUE_LIMIT = 256
+"""Characters of an ``ErrorInfo`` metadata value or a field path sent."""
+
+VIOLATIONS_LIMIT = 16
+"""Field violations sent; a refusal names the first ones."""
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was cut.
+
+    A refusal often echoes what the caller sent (a workspace id, a field value); echoed
+    whole, a hostile 64 KiB id would push the status trailers past the 16 KiB a client
+    accepts, and the caller would see an untyped transport error instead (SEC-4).
+    """
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more characters)"
+
 
 def to_status_proto(error: DomainError, *, domain: str) -> status_pb2.Status:
-    """Build the ``google.rpc.Status`` for ``error``."""
-    status = status_pb2.Status(code=code_pb2.Code.Value(error.status), message=error.message)
+    """Build the ``google.rpc.Status`` for ``error`` (echoed text is bounded: :func:`clip`)."""
+    status = status_pb2.Status(
+        code=code_pb2.Code.Value(error.status), message=clip(error.message, MESSAGE_LIMIT)
+    )
     info = error_details_pb2.ErrorInfo(reason=error.reason, domain=domain)
-    info.metadata.update(error.metadata)
+    info.metadata.update({key: clip(value, VALUE_LIMIT) for key, value in error.metadata.items()})
     _pack(status, info)
     if isinstance(error, InvalidArgument) and error.field_violations:
         bad_request = error_details_pb2.BadRequest(
             field_violations=[
                 error_details_pb2.BadRequest.FieldViolation(
-                    field=violation.field, description=violation.description
+                    field=clip(violation.field, VALUE_LIMIT),
+                    description=clip(violation.description, MESSAGE_LIMIT),
                 )
-                for violation in error.field_violations
+                for violation in error.field_violations[:VIOLATIONS_LIMIT]
             ]
         )
         _pack(status, bad_request)

@@ -10,7 +10,16 @@ from services.livestream.servicer import DeviceLinkServicer, add_to_server
 from services.livestream.settings import Settings
 from services.livestream.source import ActivitySource, HostActivitySource
 
-__all__ = ["Settings", "build"]
+__all__ = ["SERVER_OPTIONS", "Settings", "build"]
+
+SERVER_OPTIONS = (
+    # LIVE-FLOW-1: a reconnect storm (every phone of a cell tower, a replica draining) puts
+    # thousands of new calls in gRPC core's queue before the Python server picks them up;
+    # past its default 1,000 (hard limit 3,000) core refuses calls at random (CANCELLED /
+    # INTERNAL). Above the publisher bound, no device is refused by the queue.
+    ("grpc.server.max_pending_requests", 20_000),
+    ("grpc.server.max_pending_requests_hard_limit", 40_000),
+)
 
 
 def build(settings: Settings, source: ActivitySource | None = None) -> ServiceDefinition:
@@ -34,4 +43,5 @@ def build(settings: Settings, source: ActivitySource | None = None) -> ServiceDe
         # Device links end as soon as new RPCs are refused (OPS-3); devices resume elsewhere.
         on_drain=[registry.drain],
         on_stop=[registry.stop],
+        server_options=SERVER_OPTIONS,
     )

@@ -91,6 +91,13 @@ def detach(publisher: Publisher, request: livestream_pb2.ClientDetach) -> None:
     )
 
 
+def _observed(read: asyncio.Future[Any]) -> None:
+    """Retrieve a shielded read's outcome, so one nobody awaits anymore is not reported as
+    'exception never retrieved'."""
+    if not read.cancelled():
+        read.exception()
+
+
 async def _baseline(
     publisher: Publisher,
     binding: Binding,
@@ -105,8 +112,13 @@ async def _baseline(
         "workspace_id": workspace_id,
         "session_id": session_id,
     }
+    # The read is shielded: a replaced attachment or a discarded publisher cancels this
+    # task, not Host's query (a cancelled read mid-query is noise in Host's logs); the
+    # read is bounded by its deadline and its result is then dropped.
+    read = asyncio.ensure_future(source.read_baseline(workspace_id, session_id))
+    read.add_done_callback(_observed)
     try:
-        baseline = await source.read_baseline(workspace_id, session_id)
+        baseline = await asyncio.shield(read)
     except (SessionNotFound, SourceUnavailable) as error:
         if binding.revision != revision or binding.session_id != session_id:
             return

@@ -7,8 +7,8 @@ the bodies to every attached publisher. It owns LIVE-UP-1:
 - after a drop it resubscribes from its last durable event id, and the first thing its
   publishers receive from the new subscription is a workspace-wide
   ``upstream_resubscribed`` discontinuity (the deltas of the outage are gone);
-- when Host no longer holds that id (``EVENT_CURSOR_EXPIRED``) every publisher ends its
-  epoch and the feed starts again at the head.
+- when Host no longer holds that id (``EVENT_CURSOR_EXPIRED``) the feed subscribes again
+  at the head and, once that subscription is registered, every publisher ends its epoch.
 
 Reading and mapping run as two tasks, so what arrives while a batch is being mapped is
 mapped together next: adjacent appends coalesce under load (LIVE-COAL-1).
@@ -31,6 +31,12 @@ __all__ = ["FeedListener", "WorkspaceFeed"]
 log = logging.getLogger(__name__)
 
 MAX_RETRY_SECONDS = 30.0
+
+MAX_BATCH_TURNS = 64
+"""Loop turns the mapper waits for more of what Host already sent before mapping."""
+
+MAX_BATCH_EVENTS = 4096
+"""Events mapped together at most."""
 
 
 class FeedListener(Protocol):
@@ -97,14 +103,22 @@ class WorkspaceFeed:
 
     async def _read(self) -> None:
         delay = self._retry_seconds
-        dropped = False
+        dropped = expired = False
         while True:
             try:
                 async for item in self._source.watch(self.workspace_id, self.last_event_id):
                     if isinstance(item, activity_pb2.ActivityStreamReady):
                         if self.last_event_id is None:
                             self.last_event_id = item.head_event_id
-                        if dropped:
+                        if expired:
+                            # LIVE-UP-1: the epochs end only now that the subscription at
+                            # the head is registered, so a device reconciling on their
+                            # resume_rejected cannot miss a commit made in between.
+                            self._publish_pending()
+                            for listener in list(self.listeners):
+                                listener.end_epoch()
+                            expired = dropped = False
+                        elif dropped:
                             # LIVE-UP-1: before any event of the new subscription.
                             self.resubscriptions += 1
                             self._push(
@@ -126,11 +140,8 @@ class WorkspaceFeed:
                     "activity cursor of %s expired (%s); epochs end", self.workspace_id, error
                 )
                 self._ready.clear()
-                self._publish_pending()
-                for listener in list(self.listeners):
-                    listener.end_epoch()
                 self.last_event_id = None
-                dropped = False
+                expired = True
                 continue
             except SourceUnavailable as error:
                 if error.code in ("UNAVAILABLE", "CANCELLED", "RESOURCE_EXHAUSTED"):
@@ -173,6 +184,15 @@ class WorkspaceFeed:
     async def _map(self) -> None:
         while True:
             await self._wake.wait()
+            # Adaptive batching: while the reader keeps finding messages Host already sent,
+            # let it read on; map once it comes up empty (or the batch is large). Under
+            # load, batches grow and every device gets one multi-delivery frame per batch;
+            # when traffic is sparse this costs one loop turn of latency, not a timer.
+            for _ in range(MAX_BATCH_TURNS):
+                seen = len(self._pending)
+                await asyncio.sleep(0)
+                if len(self._pending) == seen or len(self._pending) >= MAX_BATCH_EVENTS:
+                    break
             self._wake.clear()
             try:
                 self._publish_pending()

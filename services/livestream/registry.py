@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 
 from domainerrors import Aborted, DomainError, ResourceExhausted, Unavailable
@@ -71,6 +72,7 @@ class PublisherRegistry:
         self._janitor: asyncio.Task[None] | None = None
         self.draining = False
         self._background: set[asyncio.Task[None]] = set()
+        self._per_principal: Counter[str] = Counter()
 
     # ---- lifecycle -----------------------------------------------------------------
 
@@ -128,6 +130,7 @@ class PublisherRegistry:
         )
         publisher.retained_until = self._clock() + self.settings.live_publisher_retention_seconds
         self.publishers[key] = publisher
+        self._per_principal[key.principal] += 1
         for workspace_id in key.workspace_ids:
             self._feed(workspace_id).listeners.add(publisher)
         return publisher
@@ -159,8 +162,9 @@ class PublisherRegistry:
         return feed
 
     def _make_room(self, principal: str) -> None:
-        own = [p for p in self.publishers.values() if p.key.principal == principal]
-        if len(own) >= self.settings.live_max_publishers_per_principal:
+        # Counted, so a new device costs no scan until a bound is actually reached.
+        if self._per_principal[principal] >= self.settings.live_max_publishers_per_principal:
+            own = [p for p in self.publishers.values() if p.key.principal == principal]
             self._evict(own, "per-principal")
         if len(self.publishers) >= self.settings.live_max_publishers:
             self._evict(list(self.publishers.values()), "global")
@@ -179,6 +183,9 @@ class PublisherRegistry:
 
     def _discard(self, key: PublisherKey) -> None:
         publisher = self.publishers.pop(key)
+        self._per_principal[key.principal] -= 1
+        if not self._per_principal[key.principal]:
+            del self._per_principal[key.principal]
         publisher.close()
         for workspace_id in key.workspace_ids:
             feed = self.feeds.get(workspace_id)

@@ -30,12 +30,22 @@ class ReplayMemory:
             buffer.clear()
 
     def make_room(self, needed: int, taker: ReplayBuffer) -> None:
-        """Evict from the largest buffers until ``needed`` more bytes fit under the cap."""
-        while self.used_bytes + needed > self.cap_bytes:
+        """Evict from the largest buffers until ``needed`` more bytes fit under the cap.
+
+        Each time the cap is reached, the largest buffer gives up its oldest deliveries
+        down to 1/32 of the cap below it, so the scan for the largest buffer runs once per
+        that many appended bytes, not once per append.
+        """
+        if self.used_bytes + needed <= self.cap_bytes:
+            return
+        target = self.cap_bytes - max(needed, self.cap_bytes // 32)
+        while self.used_bytes > target:
             victim = max(self._buffers, key=lambda b: b.bytes, default=None)
             if victim is None or not victim.held:
                 return
-            victim._evict_oldest()
+            floor = max(0, victim.bytes - (self.used_bytes - target))
+            while victim.held and victim.bytes > floor:
+                victim._evict_oldest()
 
 
 class ReplayBuffer:

@@ -77,7 +77,12 @@ class DeviceLinkServicer(livestream_pb2_grpc.DeviceLinkServiceServicer):
                     not request.HasField("workspace_id")
                     or request.workspace_id in p.key.workspace_ids
                 )
-                and (scope.workspaces is None or set(p.key.workspace_ids) <= scope.workspaces)
+                # What the principal may see, not the call's scope: the interceptor narrows
+                # that to the requested workspace, which filters rather than authorizes.
+                and (
+                    scope.principal.scope is None
+                    or set(p.key.workspace_ids) <= scope.principal.scope
+                )
             ),
             key=lambda p: (p.key.device_id, p.epoch),
         )

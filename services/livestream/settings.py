@@ -36,10 +36,11 @@ class Settings(ServerSettings):
     """How far (in delivery bytes) a call may fall behind its publisher before it is
     closed ``RESOURCE_EXHAUSTED`` ``SLOW_CONSUMER`` (``TUTTI_LIVE_LINK_QUEUE_BYTES``)."""
 
-    live_batch_linger_seconds: float = Field(default=0.002, ge=0)
-    """Under sustained traffic a call sends at most one frame per this interval, so
-    deliveries share frames (LIVE-FRAME-1); an idle call sends at once
-    (``TUTTI_LIVE_BATCH_LINGER_SECONDS``, 0 disables)."""
+    live_batch_linger_seconds: float = Field(default=0.0, ge=0)
+    """Under sustained traffic a call sends at most one frame per this interval, so more
+    deliveries share a frame at the cost of up to this much latency; an idle call sends at
+    once. Off by default: deliveries mapped together already share frames
+    (``TUTTI_LIVE_BATCH_LINGER_SECONDS``)."""
 
     live_heartbeat_interval_seconds: float = Field(default=15.0, gt=0)
     """Application heartbeat interval in both directions
