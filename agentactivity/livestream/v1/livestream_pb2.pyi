@@ -469,7 +469,9 @@ class ResumeCursor(_message.Message):
     """epoch is the opaque identity of the publisher epoch the client last received from."""
     last_sequence: _builtins.int
     """last_sequence is the sequence of the last delivery the client accepted in that
-    epoch (>= 1; sequences start at 1 in every epoch and never exceed 2^53-1).
+    epoch; 0 when it accepted none yet (a cursor taken at `stream_ready` of a fresh,
+    empty epoch, so a cut before the first delivery still resumes). Sequences start at 1
+    in every epoch and never exceed 2^53-1.
     """
     def __init__(
         self,

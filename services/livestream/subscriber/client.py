@@ -219,17 +219,33 @@ class _Link:
         async with self._lock:
             if self.call.done():
                 return False
+            # A write on a call cancelled before its initial metadata arrived never
+            # completes (grpc.aio waits for metadata that will not come), so the write
+            # races the call's end.
+            write = asyncio.ensure_future(self.call.write(request))
+            ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+            def _ended(_: object) -> None:
+                if not ended.done():
+                    ended.set_result(None)
+
+            self.call.add_done_callback(_ended)
             try:
-                await self.call.write(request)
-            except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
-                return False
+                await asyncio.wait({write, ended}, return_when=asyncio.FIRST_COMPLETED)
             except asyncio.CancelledError:
-                # The call was cancelled under us; only a cancellation of this task propagates.
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    raise
+                write.cancel()
+                raise
+            if not write.done():
+                write.cancel()
                 return False
-            return True
+            if write.cancelled():
+                return False
+            error = write.exception()
+            if error is None:
+                return True
+            if isinstance(error, grpc.aio.AioRpcError | asyncio.InvalidStateError):
+                return False
+            raise error
 
     def cut(self, why: str) -> None:
         """Cancel the call; the reader sees it and reconnects."""
@@ -640,9 +656,13 @@ class Subscriber:
                     details = await link.call.details()
                     return LinkEnd(code, "", details or "call ended", reached_ready=reached_ready)
                 events = machine.feed(frame)
-                if frame.WhichOneof("kind") == "deliveries" or machine.broken:
-                    await self._persist()  # only these change the cursor or projection
+                # Queue the frame's events before its cursor is saved: a close() (or a
+                # crash) in between then loses nothing; a crash after queueing and before
+                # saving resumes from the older cursor, so the application may see those
+                # deliveries again (same epoch and sequence), never miss them.
                 await self._emit(events)
+                if frame.WhichOneof("kind") in ("deliveries", "stream_ready") or machine.broken:
+                    await self._persist()  # only these change the cursor or projection
                 for event in events:
                     if isinstance(event, Ready):
                         reached_ready = True

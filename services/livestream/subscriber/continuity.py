@@ -420,6 +420,10 @@ class ContinuityMachine:
                 f"resumed {resumed})",
             )
         self._call.ready = True
+        # A fresh epoch that has delivered nothing yet is still a position to resume from:
+        # without it a cut before the first delivery would connect without a cursor, and
+        # what the publisher sequenced meanwhile would be skipped with no reconcile.
+        self.state.cursor = Cursor(self._epoch, self._last)
         events.append(
             Ready(
                 generation=self.generation,

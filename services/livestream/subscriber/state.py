@@ -223,8 +223,8 @@ def _cursor(value: object) -> Cursor | None:
         return None
     raw = _dict(value)
     cursor = Cursor(epoch=_str(raw["epoch"]), last_sequence=_int(raw["last_sequence"]))
-    if not cursor.epoch or cursor.last_sequence < 1:
-        raise ValueError(f"a cursor needs an epoch and last_sequence >= 1: {cursor}")
+    if not cursor.epoch or cursor.last_sequence < 0:
+        raise ValueError(f"a cursor needs an epoch and last_sequence >= 0: {cursor}")
     return cursor
 
 
