@@ -1035,13 +1035,7 @@ def test_livestream_rpcs_against_every_fixture_principal(
                     and ("*" in held or scope <= held)
                     and (workspace is None or workspace in scope)
                 }
-                # Multi-workspace publishers under a workspace filter: the xfail test below.
-                single = {device for device, scope in publishers.items() if len(scope) == 1}
-                if workspace is not None:
-                    visible &= single
                 shown = {p.device_id for p in response.publishers} & set(publishers)
-                if workspace is not None:
-                    shown &= single
                 if shown != visible:
                     failures.append(
                         f"ListPublishers({workspace}) as {name}: shows {sorted(shown)}, "
@@ -1064,19 +1058,11 @@ def test_livestream_rpcs_against_every_fixture_principal(
 
 
 @pytest.mark.spec("SEC-3", "LIVE-PUB-1")
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "server bug: ListPublishers(workspace_id=W) lists only publishers whose whole scope is "
-        "within {W}: the interceptor narrows the call scope to the requested workspace and the "
-        "handler then requires scope <= call scope, so even a deployment-wide admin does not "
-        "see a publisher of [ws-1, ws-2] when filtering by ws-1 (the contract: 'restricts the "
-        "list to publishers whose scope contains it'; admin 'sees every publisher')"
-    ),
-)
 def test_list_publishers_by_workspace_shows_a_multi_workspace_publisher_to_admin(
     migrated_db_url: str, live_server: Callable[..., LiveServer]
 ) -> None:
+    """A workspace filter selects publishers whose scope contains it; it does not narrow
+    what a deployment-wide admin may see (it once listed only scopes within {W})."""
     host = start_host(live_server, migrated_db_url)
     live = start_livestream(live_server, host.server)
     link, code, reason, _ = _open_link(

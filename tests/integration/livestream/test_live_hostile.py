@@ -23,6 +23,8 @@ detach and heartbeat values) state the expected code, reason and field; generate
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import itertools
 import logging
 import time
@@ -41,11 +43,13 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, literal_column, select
 
 from agentactivity.livestream.v1 import livestream_pb2, livestream_pb2_grpc
+from services.livestream.source import Baseline
 from store.engine import create_sync_engine_for
 from store.models import Base
 from tests.contract.live_link import RawLink
 from tests.integration.host_activity import HostUnderTest, start_host
 from tests.integration.livestream.link_client import start_livestream
+from tests.integration.livestream.scripted_source import ScriptedSource
 from tests.support.hostile_requests import (
     HOSTILE_STRINGS,
     field_bytes,
@@ -80,21 +84,17 @@ REASONS = {
     "UNDECODABLE_REQUEST",
     "INVALID_ARGUMENT",  # the generic field check (an empty workspace scope)
 }
-TRAILER_OVERFLOW = "received metadata size exceeds"
-"""What the client reports when a refusal's trailers are too large to receive: the
-server echoes a huge foreign workspace id into the status message and ErrorInfo metadata
-(see the xfail test below). Tolerated by the generated tests only while that bug stands."""
-TRAILER_OVERFLOW_BUG = True
-CANCELLED_CALL_SCOPE_LOG = ("tutti_call_scope", "was created in a different Context")
-"""What livestream logs at ERROR ("Task exception was never retrieved") when a cancelled
-DeviceLink's handler generator is finalized outside its context (see the xfail test
+SOFT_LIMIT = "received metadata size exceeds soft limit"
+SOFT_LIMIT_TRAILER_BUG = True
+"""Refusals clip echoed text by characters, not bytes: a clipped id of 4-byte characters,
+percent-encoded in ``grpc-message``, still puts the trailers between the client's 8 KiB
+soft and 16 KiB hard limits, where gRPC drops some of them (see the xfail test below).
+Tolerated by the other tests only while that bug stands."""
+PENDING_READ_BUG = True
+"""Shielded baseline reads still pending when livestream stops are later reported by
+asyncio at ERROR ("Task was destroyed but it is pending! ... read_baseline"), whenever
+the garbage collector finds them, so in whatever test runs then (see the xfail test
 below). Tolerated by the other tests only while that bug stands."""
-CANCELLED_CALL_SCOPE_BUG = True
-CANCELLED_HOST_READ_BUG = True
-"""Host logs at ERROR when its client cancels a read mid-flight (see the xfail test below):
-SQLAlchemy's pool on SQLite, gRPC's ``ExecuteBatchError`` on Postgres. A replaced
-attachment cancels its baseline's reads, so the other tests tolerate these while the bug
-stands."""
 
 PV = ("INVALID_ARGUMENT", "PROTOCOL_VIOLATION")
 SCOPE = ("PERMISSION_DENIED", "WORKSPACE_SCOPE_MISMATCH")
@@ -182,23 +182,14 @@ class Outcome:
         return not (len(rest) > 1 and self.fields != {rest[1]})
 
 
-def _is_cancelled_host_read(record: logging.LogRecord) -> bool:
+def _is_destroyed_pending_read(record: logging.LogRecord) -> bool:
     message = record.getMessage()
     return (
-        record.name == "sqlalchemy.pool.impl.AsyncAdaptedQueuePool"
-        and "Exception during reset" in message
-    ) or (record.name == "grpc._cython.cygrpc" and "ExecuteBatchError raised in core" in message)
-
-
-def _is_known_log_bug(record: logging.LogRecord) -> bool:
-    return (CANCELLED_CALL_SCOPE_BUG and _is_call_scope_leak(record)) or (
-        CANCELLED_HOST_READ_BUG and _is_cancelled_host_read(record)
+        PENDING_READ_BUG
+        and record.name == "asyncio"
+        and "Task was destroyed but it is pending" in message
+        and "read_baseline" in message
     )
-
-
-def _is_call_scope_leak(record: logging.LogRecord) -> bool:
-    message = record.getMessage()
-    return record.name == "asyncio" and all(part in message for part in CANCELLED_CALL_SCOPE_LOG)
 
 
 BACKGROUND_TABLES = frozenset({"activity_event_retention"})
@@ -226,7 +217,6 @@ class LiveHostile:
     sent: int = 0
     refused: int = 0
     tolerated: int = 0
-    tolerated_logs: int = 0
     _checked_logs: int = 0
     _ids: Iterator[int] = field(default_factory=itertools.count)
     _counts: Any = field(default_factory=_counts_query)
@@ -303,22 +293,21 @@ class LiveHostile:
 
     def _refusal(self, error: grpc.RpcError, what: object) -> Outcome:
         details = error.details() or ""
+        self.refused += 1
+        if SOFT_LIMIT_TRAILER_BUG and SOFT_LIMIT in details:
+            self.tolerated += 1
+            return Outcome(error.code().name, "", frozenset(), details)
         try:
             code, reason, fields = error_details(error)
-        except ValueError:
-            # The status details came through but the code did not (trailers cut short).
-            code, reason, fields = error.code(), "", set()
-        self.refused += 1
+        except ValueError:  # the status details contradict the code: trailers cut short
+            raise AssertionError(("status details of another code", what, details[:300])) from None
         assert code.name not in FORBIDDEN, (what, code, details[:300])
         assert "Traceback" not in details, (what, details)
         if not reason:
-            if TRAILER_OVERFLOW_BUG and TRAILER_OVERFLOW in details:
-                self.tolerated += 1
-            else:
-                # gRPC's own refusal of a message past the receive limit carries no details.
-                untyped = ("an untyped refusal", what, code, details[:300])
-                assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, untyped
-                assert "larger than max" in details, untyped
+            # gRPC's own refusal of a message past the receive limit carries no details.
+            untyped = ("an untyped refusal", what, code, details[:300])
+            assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, untyped
+            assert "larger than max" in details, untyped
         else:
             assert reason in REASONS, (what, code, reason)
         return Outcome(code.name, reason, frozenset(fields), details)
@@ -337,13 +326,12 @@ class LiveHostile:
             assert answer.status == health_pb2.HealthCheckResponse.SERVING, (server.name, what)
         records = self.caplog.records[self._checked_logs :]
         self._checked_logs = len(self.caplog.records)
-        loud = []
-        for r in records:
-            if r.levelno >= logging.ERROR or r.exc_info or "Traceback" in r.getMessage():
-                if _is_known_log_bug(r):
-                    self.tolerated_logs += 1
-                    continue
-                loud.append(f"{r.levelname} {r.name}: {r.getMessage()[:300]}")
+        loud = [
+            f"{r.levelname} {r.name}: {r.getMessage()[:300]}"
+            for r in records
+            if (r.levelno >= logging.ERROR or r.exc_info or "Traceback" in r.getMessage())
+            and not _is_destroyed_pending_read(r)
+        ]
         assert not loud, (what, loud)
 
     def a_device_still_links(self) -> None:
@@ -363,8 +351,7 @@ class LiveHostile:
     def report(self, test: str, minimum: int) -> None:
         print(
             f"\n{test}: {self.sent} hostile calls, {self.refused} refused"
-            f" ({self.tolerated} untyped by the known trailer bug); "
-            f"{self.tolerated_logs} ERROR lines of the known cancellation bugs"
+            f" ({self.tolerated} cut short by the known soft-limit trailer bug)"
         )
         assert self.sent >= minimum, (self.sent, minimum)
 
@@ -762,42 +749,27 @@ def test_credentials_and_roles_come_first_whatever_the_frames(hostile: LiveHosti
     assert not failures, failures
 
 
-# ------------------------------------------------------------ known server bugs
+# ------------------------------------------------ huge echoed ids, cancellations
+
+
+def _huge_scope_frames(hostile: LiveHostile, where: str, huge: str) -> list[bytes]:
+    if where == "hello":
+        return [hello(hostile.device(), workspace_ids=[huge])]
+    return [hello(hostile.device()), attach(workspace_id=huge)]
 
 
 @pytest.mark.spec("SEC-4", "SEC-1", "CON-5")
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "server bug: a refusal echoes the offending workspace id into the status message and "
-        "ErrorInfo metadata unbounded; past ~16 KiB the client cannot receive the trailers and "
-        "sees RESOURCE_EXHAUSTED 'received metadata size exceeds hard limit' with no ErrorInfo "
-        "instead of PERMISSION_DENIED WORKSPACE_SCOPE_MISMATCH (remove TRAILER_OVERFLOW_BUG "
-        "with the fix)"
-    ),
-)
 @pytest.mark.parametrize("where", ["hello", "attach"])
 def test_a_huge_foreign_workspace_id_is_a_typed_scope_refusal(
     hostile: LiveHostile, where: str
 ) -> None:
-    huge = "w" * 65_537
-    if where == "hello":
-        frames = [hello(hostile.device(), workspace_ids=[huge])]
-    else:
-        frames = [hello(hostile.device()), attach(workspace_id=huge)]
-    outcome = hostile.link(frames)
-    assert outcome.reason in ("WORKSPACE_SCOPE_MISMATCH", "PROTOCOL_VIOLATION"), outcome
+    """A refusal that names the offending id stays receivable (its echo is clipped)."""
+    for huge in ("w" * 65_537, "w" * 3_000_000):
+        outcome = hostile.link(_huge_scope_frames(hostile, where, huge))
+        assert (outcome.code, outcome.reason) == SCOPE, outcome
 
 
 @pytest.mark.spec("SEC-4", "SEC-1", "CON-5")
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "server bug: ListPublishers with a huge foreign workspace_id answers an untyped "
-        "client-side RESOURCE_EXHAUSTED (the refusal's trailers echo the id past the 16 KiB "
-        "metadata limit) instead of PERMISSION_DENIED WORKSPACE_SCOPE_MISMATCH"
-    ),
-)
 def test_list_publishers_with_a_huge_foreign_workspace_is_a_typed_refusal(
     hostile: LiveHostile,
 ) -> None:
@@ -806,73 +778,147 @@ def test_list_publishers_with_a_huge_foreign_workspace_is_a_typed_refusal(
     assert (outcome.code, outcome.reason) == SCOPE, outcome
 
 
-def _loud(
-    caplog: pytest.LogCaptureFixture, start: int, server: str, *, call_scope: bool = True
-) -> list[str]:
-    """ERROR lines or tracebacks ``server`` logged (``call_scope=False``: but those of the
-    known call-scope bug, which another test covers)."""
+@pytest.mark.spec("SEC-4", "SEC-1", "CON-5")
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "server bug: grpcserver.errors.clip bounds echoed text by characters (512 for the "
+        "message, 256 per ErrorInfo value), not bytes: a foreign workspace id of 4-byte "
+        "characters (U+1F600) gives a 2 KiB message that grpc-message percent-encodes to about "
+        "6 KiB, plus about 3 KiB of grpc-status-details-bin; past the client's 8 KiB soft "
+        "metadata limit gRPC drops some of these calls as RESOURCE_EXHAUSTED 'received "
+        "metadata size exceeds soft limit (9159 vs. 8192)' with status details that say "
+        "PERMISSION_DENIED (rpc_status.from_call raises); expected PERMISSION_DENIED "
+        "WORKSPACE_SCOPE_MISMATCH every time (remove SOFT_LIMIT_TRAILER_BUG with the fix)"
+    ),
+)
+def test_a_foreign_workspace_id_of_wide_characters_is_always_a_typed_refusal(
+    hostile: LiveHostile,
+) -> None:
+    huge = "\U0001f600" * 300_001
+    stub = livestream_pb2.ListPublishersRequest(workspace_id=huge).SerializeToString()
+    outcomes = []
+    for _ in range(20):  # gRPC drops between the limits at random: about one call in five
+        outcomes.append(hostile.link(_huge_scope_frames(hostile, "hello", huge)))
+        outcomes.append(hostile.link(_huge_scope_frames(hostile, "attach", huge)))
+        outcomes.append(hostile.list_publishers(stub))
+    untyped = [o for o in outcomes if (o.code, o.reason) != SCOPE]
+    assert not untyped, untyped[:3]
+
+
+class _StuckSource(ScriptedSource):
+    """A scripted Host whose baseline reads never finish (a read in flight at shutdown)."""
+
+    async def read_baseline(self, workspace_id: str, session_id: str) -> Baseline:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+@pytest.mark.spec("SEC-4", "LIVE-ATT-1")
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "server bug: livestream stops with its shielded baseline reads still pending "
+        "(services/livestream/attachments.py keeps no reference to the read task and nothing "
+        "cancels or awaits it on stop), so asyncio later logs ERROR 'Task was destroyed but it "
+        "is pending! ... read_baseline()' when the garbage collector finds it, in whatever "
+        "runs then (remove PENDING_READ_BUG with the fix)"
+    ),
+)
+def test_a_baseline_read_in_flight_at_shutdown_is_not_left_pending(
+    live_server: Callable[..., LiveServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    live = live_server("livestream", build=_StuckSource().build)
+    link = RawLink(live.channel, auth_metadata("ws1-device"), [hello("stuck"), attach("b", 1)])
+    assert link.wait(lambda _: any(d.HasField("attachment_changed") for d in link.deliveries))
+    link.cancel()
+    live.channel.close()
+    live.stop()
+    gc.collect()
+    loud = [r.getMessage()[:200] for r in caplog.records if r.levelno >= logging.ERROR]
+    caplog.clear()
+    assert not loud, loud
+
+
+@pytest.mark.spec("LIVE-ATT-1", "SEC-2")
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "server bug: an attach naming a Session id Host refuses as invalid (a NUL, or longer "
+        "than Host accepts though within livestream's 256 characters) is answered "
+        "attachment_rejected HOST_UNAVAILABLE ('the client may attach again'), because the "
+        "source maps every Host error but NOT_FOUND/FAILED_PRECONDITION to SourceUnavailable; "
+        "no such Session can exist, so SESSION_NOT_FOUND (or a PROTOCOL_VIOLATION refusal) is "
+        "the answer that does not invite retries"
+    ),
+)
+@pytest.mark.parametrize("session_id", ["s1\x00", "s" * 256], ids=["nul", "256-chars"])
+def test_an_attach_to_an_impossible_session_id_is_not_host_unavailable(
+    hostile: LiveHostile, session_id: str
+) -> None:
+    link = RawLink(
+        hostile.live.channel,
+        auth_metadata("ws1-device"),
+        [hello(hostile.device()), attach("b", 1, session_id=session_id)],
+    )
+    try:
+        assert link.wait(
+            lambda _: any(d.HasField("attachment_rejected") for d in link.deliveries),
+            timeout=DEADLINE,
+        )
+        (rejected,) = [d for d in link.deliveries if d.HasField("attachment_rejected")]
+    finally:
+        link.cancel()
+    assert (
+        rejected.attachment_rejected.reason
+        != livestream_pb2.ATTACHMENT_REJECTED_REASON_HOST_UNAVAILABLE
+    )
+
+
+CHURN = 400
+"""Links opened and cancelled by the cancellation tests: before the fixes, an ERROR line
+showed about once in 100-250 cancellations."""
+
+
+def _loud(caplog: pytest.LogCaptureFixture, start: int, server: str) -> list[str]:
+    """ERROR lines or tracebacks ``server`` logged since ``start``."""
     return [
         f"{r.name}: {r.getMessage()[:200]}"
         for r in caplog.records[start:]
         if (r.threadName or "").removeprefix("server-") == server
         and (r.levelno >= logging.ERROR or r.exc_info)
-        and (call_scope or not _is_call_scope_leak(r))
     ]
 
 
 @pytest.mark.spec("SEC-4", "LIVE-LINK-1")
 @pytest.mark.timeout(300)
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "server bug (grpcserver interceptor): cancelling a streaming call now and then logs at "
-        "ERROR 'Task exception was never retrieved ... async_generator_athrow ... ValueError: "
-        "<Token var=<ContextVar name='tutti_call_scope'>> was created in a different Context': "
-        "grpc drops the cancelled call's handler generator, asyncio finalizes it in another "
-        "context, and the interceptor's finally (unbind_call(token)) cannot reset the "
-        "ContextVar; seen on livestream's DeviceLink and Host's WatchActivity, about one "
-        "cancelled call in 100-250 (remove CANCELLED_CALL_SCOPE_BUG with the fix)"
-    ),
-)
 def test_cancelled_links_log_no_error(hostile: LiveHostile) -> None:
+    """Cancelled DeviceLinks end quietly (the interceptor once logged 'Task exception was
+    never retrieved ... tutti_call_scope ... created in a different Context' when asyncio
+    finalized a dropped handler generator in another context)."""
     start = len(hostile.caplog.records)
-    loud: list[str] = []
-    for _ in range(2000):
+    for _ in range(CHURN):
         link = RawLink(hostile.live.channel, auth_metadata("ws1-device"), [hello(hostile.device())])
         link.wait_kind("stream_ready", timeout=DEADLINE)
         link.cancel()
-        loud = _loud(hostile.caplog, start, "livestream")
-        if loud:
-            break
-    assert not loud, loud
-
-
-HOST_CANCEL_BUG = (
-    "server bug (Host): a Host read its client cancels mid-query (livestream cancels a "
-    "baseline's GetSession/ListSessionTurns when it discards a publisher or replaces an "
-    "attachment) logs ERROR 'sqlalchemy.pool.impl.AsyncAdaptedQueuePool: Exception during "
-    "reset or similar' with a CancelledError traceback on SQLite (aiosqlite's rollback is "
-    "cancelled), about one cancelled baseline in 150; on Postgres, rarely (about one in "
-    "5000), gRPC's 'ExecuteBatchError raised in core by servicer method [GetSession]' "
-    "(remove CANCELLED_HOST_READ_BUG with the fix)"
-)
+        for server in ("livestream", "host"):
+            loud = _loud(hostile.caplog, start, server)
+            assert not loud, (server, loud)
 
 
 @pytest.mark.spec("SEC-4", "LIVE-ATT-1", "LIVE-PUB-1")
 @pytest.mark.timeout(300)
-def test_cancelled_baselines_log_no_error_in_host(
+def test_discarded_publishers_leave_host_logging_nothing(
     live_server: Callable[..., LiveServer],
-    backend: str,
     migrated_db_url: str,
     caplog: pytest.LogCaptureFixture,
-    request: pytest.FixtureRequest,
 ) -> None:
-    if backend != "sqlite":
-        # Too rare on Postgres for a bounded run to show it every time (see the reason).
-        pytest.skip("the cancelled-read ERROR shows reliably on SQLite only")
-    request.applymarker(pytest.mark.xfail(strict=True, reason=HOST_CANCEL_BUG))
+    """Publishers discarded mid-baseline do not make Host log (it once logged SQLAlchemy's
+    'Exception during reset or similar' on SQLite and gRPC's 'ExecuteBatchError' on
+    Postgres when livestream cancelled a baseline's GetSession/ListSessionTurns)."""
     host = start_host(live_server, migrated_db_url)
-    # Publishers are discarded as soon as their call ends, cancelling their baselines.
+    # Publishers are discarded as soon as their call ends, mid-baseline.
     live = start_livestream(
         live_server,
         host.server,
@@ -881,17 +927,16 @@ def test_cancelled_baselines_log_no_error_in_host(
     )
     caplog.set_level(logging.WARNING)
     loud: list[str] = []
-    for n in range(1000):
+    for n in range(CHURN):
         link = RawLink(
             live.channel, auth_metadata("ws1-device"), [hello(f"churn-{n}"), attach("b", 1)]
         )
         link.wait(lambda _, lk=link: any(d.HasField("attachment_changed") for d in lk.deliveries))  # type: ignore[misc]
         link.cancel()
-        loud = _loud(caplog, 0, "host", call_scope=False)
+        loud = _loud(caplog, 0, "host") + _loud(caplog, 0, "livestream")
         if loud:
             break
     time.sleep(1.0)  # let the reads still in flight finish before the servers stop
-    caplog.clear()
     assert not loud, loud
 
 
