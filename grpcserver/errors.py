@@ -25,15 +25,19 @@ VIOLATIONS_LIMIT = 16
 
 
 def clip(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters, saying how much was cut.
+    """``text`` cut to at most ``limit`` UTF-8 bytes (on a character boundary), saying how
+    much was cut.
 
     A refusal often echoes what the caller sent (a workspace id, a field value); echoed
-    whole, a hostile 64 KiB id would push the status trailers past the 16 KiB a client
-    accepts, and the caller would see an untyped transport error instead (SEC-4).
+    whole, a hostile 64 KiB id would push the status trailers past the 8 KiB a client
+    accepts, and the caller would see an untyped transport error instead (SEC-4). Bytes,
+    not characters, are what the trailers hold.
     """
-    if len(text) <= limit:
+    data = text.encode()
+    if len(data) <= limit:
         return text
-    return f"{text[:limit]}… ({len(text) - limit} more characters)"
+    kept = data[:limit].decode(errors="ignore")
+    return f"{kept}… ({len(text) - len(kept)} more characters)"
 
 
 def to_status_proto(error: DomainError, *, domain: str) -> status_pb2.Status:

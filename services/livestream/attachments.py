@@ -117,6 +117,10 @@ async def _baseline(
     # read is bounded by its deadline and its result is then dropped.
     read = asyncio.ensure_future(source.read_baseline(workspace_id, session_id))
     read.add_done_callback(_observed)
+    # Held by the publisher until done, so discarding the publisher (or stopping the
+    # server) cancels it instead of leaving it pending.
+    publisher.reads.add(read)
+    read.add_done_callback(publisher.reads.discard)
     try:
         baseline = await asyncio.shield(read)
     except (SessionNotFound, SourceUnavailable) as error:

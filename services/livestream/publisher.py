@@ -14,6 +14,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentactivity.livestream.v1 import livestream_pb2
 from domainerrors import DomainError
@@ -100,6 +101,8 @@ class Publisher:
         self.key = key
         self.principal = principal
         self.bindings: dict[str, Binding] = {}
+        self.reads: set[asyncio.Future[Any]] = set()
+        """Baseline reads in flight (shielded from their baseline's cancellation)."""
         self.acked_sequence = 0
         self.call: BoundCall | None = None
         self.retained_until: float | None = None
@@ -231,7 +234,12 @@ class Publisher:
             self.acked_sequence = max(self.acked_sequence, min(last_sequence, self.latest_sequence))
 
     def close(self) -> None:
-        """Discard the publisher: stop its baselines and release its replay bytes."""
+        """Discard the publisher: stop its baselines and release its replay bytes.
+
+        Baseline reads in flight are left to finish (bounded by their deadline; cancelling
+        Host's query mid-flight only makes noise there): the registry holds them and
+        cancels what is left when the server stops.
+        """
         for binding in self.bindings.values():
             if binding.task is not None:
                 binding.task.cancel()

@@ -16,6 +16,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from domainerrors import Aborted, DomainError, ResourceExhausted, Unavailable
 from grpcserver.auth import Principal
@@ -73,6 +74,7 @@ class PublisherRegistry:
         self.draining = False
         self._background: set[asyncio.Task[None]] = set()
         self._per_principal: Counter[str] = Counter()
+        self._orphan_reads: set[asyncio.Future[Any]] = set()
 
     # ---- lifecycle -----------------------------------------------------------------
 
@@ -97,6 +99,11 @@ class PublisherRegistry:
         self.feeds.clear()
         for key in list(self.publishers):
             self._discard(key)
+        # Baseline reads still in flight end with the server, not after it.
+        reads = list(self._orphan_reads)
+        for read in reads:
+            read.cancel()
+        await asyncio.gather(*reads, return_exceptions=True)
         for feed in feeds:
             await feed.stop()
         for task in list(self._background):
@@ -183,6 +190,9 @@ class PublisherRegistry:
 
     def _discard(self, key: PublisherKey) -> None:
         publisher = self.publishers.pop(key)
+        for read in publisher.reads:
+            self._orphan_reads.add(read)
+            read.add_done_callback(self._orphan_reads.discard)
         self._per_principal[key.principal] -= 1
         if not self._per_principal[key.principal]:
             del self._per_principal[key.principal]

@@ -200,7 +200,12 @@ class HostActivitySource:
                 if not cursor:
                     break
         except grpc.aio.AioRpcError as error:
-            if error.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION):
+            if error.code() in (
+                grpc.StatusCode.NOT_FOUND,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                # Host refuses an id no Session can have (NUL, too long): none exists.
+                grpc.StatusCode.INVALID_ARGUMENT,
+            ):
                 raise SessionNotFound(session_id) from None
             raise SourceUnavailable(
                 f"{error.code().name}: {error.details()}", error.code().name

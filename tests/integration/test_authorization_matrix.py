@@ -126,6 +126,11 @@ class Rpc:
     wide_only: bool = False
     field: str = "workspace_id"
     shape: str = "unary"  # unary | server_stream | bidi
+    missing_reason: str = "INVALID_ARGUMENT"
+    """The refusal's reason when the workspace is unset (a protocol may name its own)."""
+    open_ended: bool = False
+    """A bidi stream that outlives the client's half-close (DeviceLink): admitted once its
+    first frame arrives, then cancelled."""
 
     @property
     def path(self) -> str:
@@ -533,6 +538,8 @@ RPCS: list[Rpc] = [
         _device_frames,
         field="hello.workspace_ids",
         shape="bidi",
+        missing_reason="PROTOCOL_VIOLATION",
+        open_ended=True,
     ),
     _live(
         "ListPublishers",
@@ -647,7 +654,7 @@ def expected(rpc: Rpc, principal: Principal, case: str) -> Expected:
         return ADMITTED  # scoped to the principal's own workspaces (test_authorization_scope)
     if rpc.workspace is Ws.FRAME:  # a frame naming no workspace is outside a scoped token
         return ADMITTED if principal.wide else Expected(denied, "WORKSPACE_SCOPE_MISMATCH")
-    return Expected(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", rpc.field)
+    return Expected(grpc.StatusCode.INVALID_ARGUMENT, rpc.missing_reason, rpc.field)
 
 
 @dataclass(frozen=True)
@@ -705,8 +712,10 @@ def call(channel: grpc.Channel, case: Case) -> tuple[grpc.StatusCode, str, set[s
     try:
         if rpc.shape == "unary":
             method(request, metadata=case.metadata, timeout=15)
-        elif rpc.shape == "server_stream":
-            stream = method(request, metadata=case.metadata, timeout=15)
+        elif rpc.shape == "server_stream" or rpc.open_ended:
+            stream = method(
+                iter(request) if rpc.open_ended else request, metadata=case.metadata, timeout=15
+            )
             try:
                 next(stream)  # admitted: the first frame (the ready marker) arrived
             finally:

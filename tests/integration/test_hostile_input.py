@@ -207,7 +207,15 @@ class Hostile:
         answers: list[bytes] = []
         responses = call(iter(frames), metadata=_metadata(principal), timeout=DEADLINE)
         try:
-            answers.extend(responses)
+            if path == DEVICE_LINK:
+                # A device link outlives the half-close (only the device cancelling ends
+                # it): alive once it answers, then cancelled; a refusal still ends it.
+                answers.append(next(responses))
+                responses.cancel()
+            else:
+                answers.extend(responses)
+        except StopIteration:
+            pass
         except grpc.RpcError as error:
             self.outcome(error.code(), error.details(), what)
             if not answers:

@@ -85,12 +85,12 @@ REASONS = {
     "INVALID_ARGUMENT",  # the generic field check (an empty workspace scope)
 }
 SOFT_LIMIT = "received metadata size exceeds soft limit"
-SOFT_LIMIT_TRAILER_BUG = True
+SOFT_LIMIT_TRAILER_BUG = False
 """Refusals clip echoed text by characters, not bytes: a clipped id of 4-byte characters,
 percent-encoded in ``grpc-message``, still puts the trailers between the client's 8 KiB
 soft and 16 KiB hard limits, where gRPC drops some of them (see the xfail test below).
 Tolerated by the other tests only while that bug stands."""
-PENDING_READ_BUG = True
+PENDING_READ_BUG = False
 """Shielded baseline reads still pending when livestream stops are later reported by
 asyncio at ERROR ("Task was destroyed but it is pending! ... read_baseline"), whenever
 the garbage collector finds them, so in whatever test runs then (see the xfail test
@@ -779,19 +779,6 @@ def test_list_publishers_with_a_huge_foreign_workspace_is_a_typed_refusal(
 
 
 @pytest.mark.spec("SEC-4", "SEC-1", "CON-5")
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "server bug: grpcserver.errors.clip bounds echoed text by characters (512 for the "
-        "message, 256 per ErrorInfo value), not bytes: a foreign workspace id of 4-byte "
-        "characters (U+1F600) gives a 2 KiB message that grpc-message percent-encodes to about "
-        "6 KiB, plus about 3 KiB of grpc-status-details-bin; past the client's 8 KiB soft "
-        "metadata limit gRPC drops some of these calls as RESOURCE_EXHAUSTED 'received "
-        "metadata size exceeds soft limit (9159 vs. 8192)' with status details that say "
-        "PERMISSION_DENIED (rpc_status.from_call raises); expected PERMISSION_DENIED "
-        "WORKSPACE_SCOPE_MISMATCH every time (remove SOFT_LIMIT_TRAILER_BUG with the fix)"
-    ),
-)
 def test_a_foreign_workspace_id_of_wide_characters_is_always_a_typed_refusal(
     hostile: LiveHostile,
 ) -> None:
@@ -815,16 +802,6 @@ class _StuckSource(ScriptedSource):
 
 
 @pytest.mark.spec("SEC-4", "LIVE-ATT-1")
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "server bug: livestream stops with its shielded baseline reads still pending "
-        "(services/livestream/attachments.py keeps no reference to the read task and nothing "
-        "cancels or awaits it on stop), so asyncio later logs ERROR 'Task was destroyed but it "
-        "is pending! ... read_baseline()' when the garbage collector finds it, in whatever "
-        "runs then (remove PENDING_READ_BUG with the fix)"
-    ),
-)
 def test_a_baseline_read_in_flight_at_shutdown_is_not_left_pending(
     live_server: Callable[..., LiveServer], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -842,17 +819,6 @@ def test_a_baseline_read_in_flight_at_shutdown_is_not_left_pending(
 
 
 @pytest.mark.spec("LIVE-ATT-1", "SEC-2")
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "server bug: an attach naming a Session id Host refuses as invalid (a NUL, or longer "
-        "than Host accepts though within livestream's 256 characters) is answered "
-        "attachment_rejected HOST_UNAVAILABLE ('the client may attach again'), because the "
-        "source maps every Host error but NOT_FOUND/FAILED_PRECONDITION to SourceUnavailable; "
-        "no such Session can exist, so SESSION_NOT_FOUND (or a PROTOCOL_VIOLATION refusal) is "
-        "the answer that does not invite retries"
-    ),
-)
 @pytest.mark.parametrize("session_id", ["s1\x00", "s" * 256], ids=["nul", "256-chars"])
 def test_an_attach_to_an_impossible_session_id_is_not_host_unavailable(
     hostile: LiveHostile, session_id: str
