@@ -17,7 +17,6 @@ its epoch) and whenever an attach or detach sent on an earlier call was never co
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -694,8 +693,9 @@ class Subscriber:
             self._ready.clear()
             if heartbeat is not None:
                 heartbeat.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await heartbeat
+                # Wait for it without swallowing a cancellation of this task (close()):
+                # asyncio.wait never raises the awaited task's CancelledError.
+                await asyncio.wait({heartbeat})
             link.call.cancel()
 
     def _hello(self, cursor: Cursor | None) -> livestream_pb2.DeviceLinkRequest:
