@@ -166,9 +166,8 @@ def test_subscribers_survive_cuts_and_upstream_drops_and_expiries_of_a_host_mode
 # ---- the bugs the torture found, pinned deterministically --------------------------------
 #
 # Each showed up as a violation (or a hang) in the torture iterations above and is reduced
-# to the scenario below. Bugs 1-4 were fixed while this suite was written (3 in a421f46;
-# 1, 2 and 4 in b63b64c); their tests fail on the code before those commits. Bug 5 is open
-# (strict xfail; until it is fixed the torture app unsticks close(), see TortureApp._close).
+# to the scenario below. All five were fixed while this suite was written (bug 3 in
+# a421f46; 1, 2 and 4 in b63b64c; 5 in 01a3e19); each test fails on the code before its fix.
 
 
 def _subscriber(target: str, **kwargs: Any) -> Subscriber:
@@ -367,7 +366,12 @@ def test_an_expired_host_cursor_loses_nothing_committed_around_the_reconcile_rea
 
 class _CloseInTeardown(Subscriber):
     """Calls ``close()`` exactly while a call is being torn down (its heartbeat task is
-    being cancelled), as an application closing the Subscriber when the network drops."""
+    being cancelled), as an application closing the Subscriber when the network drops.
+
+    Bug 5: ``_one_call``'s finally awaited the cancelled heartbeat task under
+    ``contextlib.suppress(asyncio.CancelledError)``, which also swallowed ``close()``'s
+    cancellation of the Subscriber task: it reconnected and read on, ``close()`` waited.
+    """
 
     armed = False
     closing: asyncio.Future[None] | None = None
@@ -382,14 +386,6 @@ class _CloseInTeardown(Subscriber):
 
 
 @pytest.mark.spec("LIVE-SUB-1")
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug 5: Subscriber.close() during a call's teardown never returns: "
-    "_one_call's finally awaits the cancelled heartbeat task under "
-    "contextlib.suppress(asyncio.CancelledError), which also swallows close()'s "
-    "cancellation of the Subscriber task; the task goes on to reconnect and read, and "
-    "close() waits for it for good",
-)
 def test_close_during_a_call_teardown_stops_the_subscriber(
     live_server: Callable[..., LiveServer],
 ) -> None:
