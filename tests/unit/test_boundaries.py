@@ -70,8 +70,8 @@ def test_livestream_reads_host_only_through_its_generated_client_and_the_source(
             assert not module.startswith("store"), f"{path}: livestream has no store"
             if module.startswith("agentactivity.host") and path.name != "source.py":
                 # Outside the source only the feed's event types: no Host RPC is called.
-                assert module == "agentactivity.host.v1" and set(names) <= {"activity_pb2"}, (
-                    f"{path} reads Host outside the source: {module} {names}"
-                )
+                where = f"{path} reads Host outside the source: {module} {names}"
+                assert module == "agentactivity.host.v1", where
+                assert set(names) <= {"activity_pb2"}, where
             if path.parent.name == "subscriber" and module.startswith("services."):
                 assert module.startswith("services.livestream.subscriber"), f"{path}: {module}"
