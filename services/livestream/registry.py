@@ -22,7 +22,7 @@ from domainerrors import Aborted, DomainError, ResourceExhausted, Unavailable
 from grpcserver.auth import Principal
 from services.livestream.deliveries import DeliveryMapper
 from services.livestream.feed import WorkspaceFeed
-from services.livestream.publisher import Publisher, PublisherKey
+from services.livestream.publisher import BoundCall, Publisher, PublisherKey
 from services.livestream.replay import ReplayMemory
 from services.livestream.settings import Settings
 from services.livestream.source import ActivitySource
@@ -146,9 +146,9 @@ class PublisherRegistry:
         """The feeds a publisher receives from."""
         return [self.feeds[w] for w in publisher.key.workspace_ids if w in self.feeds]
 
-    def release(self, publisher: Publisher, call: object) -> None:
+    def release(self, publisher: Publisher, call: BoundCall) -> None:
         """A call ended: keep the publisher for the retention period."""
-        publisher.unbind(call, self.settings.live_publisher_retention_seconds)  # type: ignore[arg-type]
+        publisher.unbind(call, self.settings.live_publisher_retention_seconds)
 
     def _feed(self, workspace_id: str) -> WorkspaceFeed:
         feed = self.feeds.get(workspace_id)
