@@ -36,7 +36,6 @@ import pytest
 from google.protobuf import descriptor_pool
 from google.protobuf.descriptor import MethodDescriptor
 from google.protobuf.message_factory import GetMessageClass
-from grpc_health.v1 import health_pb2
 from hypothesis import given, seed
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
@@ -57,6 +56,7 @@ from tests.support.hostile_requests import (
     recursion_paths,
     undecodable_bytes,
 )
+from tests.support.server_health import assert_serving
 from tests.support.servers import LiveServer, auth_metadata, token_for
 from tests.support.session_trees import add_tree
 
@@ -132,15 +132,7 @@ class Hostile:
 
     def check_health_and_logs(self, server: LiveServer, what: object) -> None:
         """``server`` answers SERVING; no ERROR line or traceback was logged since last time."""
-        check: grpc.UnaryUnaryMultiCallable[
-            health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse
-        ] = server.channel.unary_unary(
-            "/grpc.health.v1.Health/Check",
-            request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
-            response_deserializer=health_pb2.HealthCheckResponse.FromString,
-        )
-        answer = check(health_pb2.HealthCheckRequest(), timeout=DEADLINE)
-        assert answer.status == health_pb2.HealthCheckResponse.SERVING, (server.name, what)
+        assert_serving(server, what, DEADLINE)
         records = self.caplog.records[self._checked_logs :]
         self._checked_logs = len(self.caplog.records)
         loud = [

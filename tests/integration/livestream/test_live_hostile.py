@@ -36,7 +36,6 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from grpc_health.v1 import health_pb2
 from hypothesis import given, seed
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
@@ -58,6 +57,7 @@ from tests.support.hostile_requests import (
     varint,
 )
 from tests.support.rpc_errors import error_details
+from tests.support.server_health import assert_serving
 from tests.support.servers import LiveServer, auth_metadata
 
 DEADLINE = 5.0
@@ -315,15 +315,7 @@ class LiveHostile:
     def check_health_and_logs(self, what: object) -> None:
         """Both servers answer SERVING; nothing at ERROR or with a traceback was logged."""
         for server in (self.live, self.host.server):
-            check: grpc.UnaryUnaryMultiCallable[
-                health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse
-            ] = server.channel.unary_unary(
-                "/grpc.health.v1.Health/Check",
-                request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
-                response_deserializer=health_pb2.HealthCheckResponse.FromString,
-            )
-            answer = check(health_pb2.HealthCheckRequest(), timeout=DEADLINE)
-            assert answer.status == health_pb2.HealthCheckResponse.SERVING, (server.name, what)
+            assert_serving(server, what, DEADLINE)
         records = self.caplog.records[self._checked_logs :]
         self._checked_logs = len(self.caplog.records)
         loud = [
