@@ -71,7 +71,6 @@ class PublisherRegistry:
         self.feeds: dict[str, WorkspaceFeed] = {}
         self._clock = clock
         self._janitor: asyncio.Task[None] | None = None
-        self.draining = False
         self._background: set[asyncio.Task[None]] = set()
         self._per_principal: Counter[str] = Counter()
         self._orphan_reads: set[asyncio.Future[Any]] = set()
@@ -84,7 +83,6 @@ class PublisherRegistry:
 
     async def drain(self) -> None:
         """End every call with ``UNAVAILABLE`` ``DRAINING`` (the server refuses new ones)."""
-        self.draining = True
         for publisher in self.publishers.values():
             if publisher.call is not None:
                 publisher.call.close(draining())

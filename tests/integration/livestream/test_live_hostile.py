@@ -84,18 +84,6 @@ REASONS = {
     "UNDECODABLE_REQUEST",
     "INVALID_ARGUMENT",  # the generic field check (an empty workspace scope)
 }
-SOFT_LIMIT = "received metadata size exceeds soft limit"
-SOFT_LIMIT_TRAILER_BUG = False
-"""Refusals clip echoed text by characters, not bytes: a clipped id of 4-byte characters,
-percent-encoded in ``grpc-message``, still puts the trailers between the client's 8 KiB
-soft and 16 KiB hard limits, where gRPC drops some of them (see the xfail test below).
-Tolerated by the other tests only while that bug stands."""
-PENDING_READ_BUG = False
-"""Shielded baseline reads still pending when livestream stops are later reported by
-asyncio at ERROR ("Task was destroyed but it is pending! ... read_baseline"), whenever
-the garbage collector finds them, so in whatever test runs then (see the xfail test
-below). Tolerated by the other tests only while that bug stands."""
-
 PV = ("INVALID_ARGUMENT", "PROTOCOL_VIOLATION")
 SCOPE = ("PERMISSION_DENIED", "WORKSPACE_SCOPE_MISMATCH")
 ALIVE = "ALIVE"
@@ -182,16 +170,6 @@ class Outcome:
         return not (len(rest) > 1 and self.fields != {rest[1]})
 
 
-def _is_destroyed_pending_read(record: logging.LogRecord) -> bool:
-    message = record.getMessage()
-    return (
-        PENDING_READ_BUG
-        and record.name == "asyncio"
-        and "Task was destroyed but it is pending" in message
-        and "read_baseline" in message
-    )
-
-
 BACKGROUND_TABLES = frozenset({"activity_event_retention"})
 """Written by Host's own retention loop whenever it runs, whatever the callers do."""
 
@@ -216,7 +194,6 @@ class LiveHostile:
     caplog: pytest.LogCaptureFixture
     sent: int = 0
     refused: int = 0
-    tolerated: int = 0
     _checked_logs: int = 0
     _ids: Iterator[int] = field(default_factory=itertools.count)
     _counts: Any = field(default_factory=_counts_query)
@@ -294,9 +271,6 @@ class LiveHostile:
     def _refusal(self, error: grpc.RpcError, what: object) -> Outcome:
         details = error.details() or ""
         self.refused += 1
-        if SOFT_LIMIT_TRAILER_BUG and SOFT_LIMIT in details:
-            self.tolerated += 1
-            return Outcome(error.code().name, "", frozenset(), details)
         try:
             code, reason, fields = error_details(error)
         except ValueError:  # the status details contradict the code: trailers cut short
@@ -321,8 +295,7 @@ class LiveHostile:
         loud = [
             f"{r.levelname} {r.name}: {r.getMessage()[:300]}"
             for r in records
-            if (r.levelno >= logging.ERROR or r.exc_info or "Traceback" in r.getMessage())
-            and not _is_destroyed_pending_read(r)
+            if r.levelno >= logging.ERROR or r.exc_info or "Traceback" in r.getMessage()
         ]
         assert not loud, (what, loud)
 
@@ -341,10 +314,7 @@ class LiveHostile:
             link.cancel()
 
     def report(self, test: str, minimum: int) -> None:
-        print(
-            f"\n{test}: {self.sent} hostile calls, {self.refused} refused"
-            f" ({self.tolerated} cut short by the known soft-limit trailer bug)"
-        )
+        print(f"\n{test}: {self.sent} hostile calls, {self.refused} refused")
         assert self.sent >= minimum, (self.sent, minimum)
 
 
