@@ -25,6 +25,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
+from opentelemetry.metrics import Meter
 
 from grpcserver.auth import TokenRegistry
 from grpcserver.authorization import MethodPolicy, ServiceAuthorization, policies_by_path
@@ -74,6 +75,8 @@ class ServiceDefinition:
         on_stop: Run after the server stopped (close pools, flush).
         server_options: gRPC server options of this service, added to (or overriding)
             :data:`BASE_SERVER_OPTIONS`, e.g. a larger ``grpc.max_receive_message_length``.
+        instruments: Called once with the service's OpenTelemetry meter before the start
+            hooks, to register the service's own metrics (exported with the RPC metrics).
     """
 
     name: str
@@ -84,6 +87,7 @@ class ServiceDefinition:
     on_drain: list[Hook] = field(default_factory=list)
     on_stop: list[Hook] = field(default_factory=list)
     server_options: Sequence[ServerOption] = ()
+    instruments: list[Callable[[Meter], None]] = field(default_factory=list)
 
 
 def definition_for(
@@ -95,6 +99,7 @@ def definition_for(
     on_drain: Sequence[Hook] = (),
     on_stop: Sequence[Hook] = (),
     server_options: Sequence[ServerOption] = (),
+    instruments: Sequence[Callable[[Meter], None]] = (),
 ) -> ServiceDefinition:
     """Build a definition from ``(service descriptor, add_*_to_server, servicer)`` triples.
 
@@ -114,6 +119,7 @@ def definition_for(
         on_drain=list(on_drain),
         on_stop=list(on_stop),
         server_options=tuple(server_options),
+        instruments=list(instruments),
     )
 
 
@@ -258,6 +264,9 @@ async def start_server(
 ) -> RunningServer:
     """Build, bind and start a server; report SERVING once the start hooks succeed."""
     telemetry = setup_telemetry(definition.name, settings)
+    meter = telemetry.meter_provider.get_meter(f"tutti.{definition.name}")
+    for register_instruments in definition.instruments:
+        register_instruments(meter)
     interceptor = ServiceInterceptor(
         domain=f"{definition.name}.agentactivity",
         tokens=tokens if tokens is not None else load_tokens(settings),
