@@ -49,6 +49,11 @@ class ServerSettings(BaseSettings):
     data_dir: Path = Field(default_factory=default_data_dir)
     """Where the default SQLite database and the local auth files live."""
 
+    resources_dir: Path | None = None
+    """Root of the per-Session runtime resources (sidecar state, copied attachments, scratch
+    directories, agent leases; ``session_resources``) that runtimes create and maintenance
+    releases after a purge; unset means ``<data_dir>/resources``."""
+
     database_url: str | None = None
     """SQLAlchemy URL of the canonical store; unset means SQLite in ``data_dir``."""
 
@@ -139,6 +144,12 @@ class ServerSettings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'tutti.db').resolve()}"
+
+    def resolved_resources_dir(self) -> Path:
+        """Return the resource root, defaulting to ``resources`` inside ``data_dir``."""
+        if self.resources_dir is not None:
+            return self.resources_dir
+        return self.data_dir / "resources"
 
     def resolved_tokens_file(self) -> Path | None:
         """Return the token registry to load, or ``None`` to refuse every call."""

@@ -2,7 +2,9 @@
 
 For each started Turn it:
 
-1. reports the Turn ``running``;
+1. creates or refreshes the Session's resources (sidecar state, copied attachments, workspace
+   scratch directory, agent lease; :mod:`services.demoruntime.resources`), when it was given a
+   resource layout, and reports the Turn ``running``;
 2. when the Turn was delegated with ``@agent`` (Host rewrote the prompt to ask for ``Task``
    calls, HOST-MENT-2), reports the ``Task`` tool call it would make for each subagent;
 3. when the user's text mentions "permission", asks a permission Interaction, moves the Turn to
@@ -13,7 +15,9 @@ For each started Turn it:
 5. streams its reply as text deltas and settles the Turn with the full reply.
 
 ``stop_turn`` and ``interrupt_turn`` cancel the Turn; ``release_session`` (Host deleted the
-Session) drops everything held for the Session. Every command is acknowledged ``ACCEPTED``.
+Session) drops everything held in memory for the Session but leaves its resources on disk: a
+deleted Session can be restored, and the maintenance service releases them after the purge
+(MAINT-OUT-1). Every command is acknowledged ``ACCEPTED``.
 
 Deltas come from :class:`delta_normalizer.DeltaNormalizer` fed with cumulative snapshots, the
 way a real provider adapter would use it; the transport never diffs anything.
@@ -32,6 +36,8 @@ from dataclasses import dataclass
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import runtime_pb2
 from delta_normalizer import DeltaNormalizer, DeltaOp
+from services.demoruntime.resources import write_turn_resources
+from session_resources import ResourceLayout
 
 __all__ = ["DemoAgent"]
 
@@ -77,11 +83,16 @@ class DemoAgent:
     Args:
         send: Queues a frame on the link (in order).
         step_delay_seconds: Pause between streamed chunks.
+        resources: Where each started Turn creates the Session's resources; ``None`` creates
+            none.
     """
 
-    def __init__(self, send: Send, step_delay_seconds: float) -> None:
+    def __init__(
+        self, send: Send, step_delay_seconds: float, resources: ResourceLayout | None = None
+    ) -> None:
         self._send = send
         self._delay = step_delay_seconds
+        self._resources = resources
         self._turns: dict[str, asyncio.Task[None]] = {}
         self._turn_sessions: dict[str, tuple[str, str]] = {}
         self._answers: dict[tuple[str, str], asyncio.Future[_Answer]] = {}
@@ -124,10 +135,11 @@ class DemoAgent:
             self.release(command.workspace_id, command.session_id)
 
     def release(self, workspace_id: str, session_id: str) -> None:
-        """Drop everything held for one Session (``ReleaseSessionCommand``).
+        """Drop everything held in memory for one Session (``ReleaseSessionCommand``).
 
         Its running Turns are cancelled and the answers they wait for dropped, so nothing more
-        is reported for it.
+        is reported for it. Its resources on disk stay (the Session may be restored; the
+        maintenance service releases them after the purge).
         """
         key = (workspace_id, session_id)
         for turn_id, owner in list(self._turn_sessions.items()):
@@ -220,6 +232,9 @@ class DemoAgent:
         turn_id = start.turn_id
         text = _user_text(start.prompt)
         normalizer = DeltaNormalizer()
+        if self._resources is not None:
+            # A few small files, written off the event loop that carries every Session's link.
+            await asyncio.to_thread(write_turn_resources, self._resources, command)
         self._report(ws, sid, _turn(turn_id, canonical_pb2.TURN_PHASE_RUNNING))
         for name in delegated_agents(start.prompt):
             self._report(ws, sid, _task_call(turn_id, name, text))

@@ -20,6 +20,7 @@ from agentactivity.host.v1 import host_pb2, host_pb2_grpc, runtime_pb2, runtime_
 from grpcserver.channels import aio_channel
 from services.demoruntime.agent import DemoAgent
 from services.demoruntime.settings import Settings
+from session_resources import ResourceLayout
 
 __all__ = ["DemoRuntime"]
 
@@ -126,7 +127,11 @@ class DemoRuntime:
                 assert isinstance(item, runtime_pb2.RuntimeLinkRequest)
                 yield item
 
-        agent = DemoAgent(outgoing.put_nowait, settings.demo_step_delay_seconds)
+        agent = DemoAgent(
+            outgoing.put_nowait,
+            settings.demo_step_delay_seconds,
+            resources=ResourceLayout(settings.resolved_resources_dir()),
+        )
         async with aio_channel(settings.host_address, settings) as channel:
             call = runtime_pb2_grpc.RuntimeLinkServiceStub(channel).RuntimeLink(
                 requests(), metadata=self._metadata()

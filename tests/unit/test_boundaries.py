@@ -75,3 +75,14 @@ def test_livestream_reads_host_only_through_its_generated_client_and_the_source(
                 assert set(names) <= {"activity_pb2"}, where
             if path.parent.name == "subscriber" and module.startswith("services."):
                 assert module.startswith("services.livestream.subscriber"), f"{path}: {module}"
+
+
+@pytest.mark.spec("ARCH-5", "MAINT-OUT-1")
+def test_session_resources_know_no_service_no_store_and_no_wire() -> None:
+    """The resource layout is shared by the demo runtime (which creates) and maintenance
+    (which releases), so it depends on neither, nor on the store or generated types."""
+    for path in (ROOT / "session_resources").rglob("*.py"):
+        for module, _ in _imports(path):
+            assert not module.startswith(("services", "store", "grpc", "agentactivity")), (
+                f"{path}: {module}"
+            )
