@@ -77,9 +77,7 @@ class Stack:
     def __post_init__(self) -> None:
         self.host_stub = host_pb2_grpc.HostServiceStub(self.host.channel)
 
-    def tombstone(
-        self, parents: Mapping[str, str | None], workspace_id: str = "ws-1"
-    ) -> list[str]:
+    def tombstone(self, parents: Mapping[str, str | None], workspace_id: str = "ws-1") -> list[str]:
         """Write the trees and delete their roots through Host; returns the roots."""
         add_tree(self.engine, parents, workspace_id=workspace_id)
         roots = [sid for sid, parent in parents.items() if parent is None]
@@ -138,5 +136,3 @@ def stack(
         return live_server(name, database_url=migrated_db_url, **overrides)
 
     return Stack(sync_engine, host, tmp_path / "resources", start)
-
-
