@@ -15,19 +15,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, update
 
 from agentactivity.host.v1 import host_pb2, host_pb2_grpc
 from agentactivity.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
 from services.maintenance.app import Maintenance, definition_for_parts
 from services.maintenance.host_port import GrpcHost, HostPort
+from session_resources.layout import ResourceLayout
+from store.models import Session, Turn
 from tests.support.fake_clock import FakeClock
 from tests.support.servers import LiveServer, auth_metadata, token_for
-from tests.support.session_trees import add_tree
+from tests.support.session_trees import add_active_turn, add_tree
 
 __all__ = ["MaintenanceUnderTest", "Stack", "fake_clock", "stack"]
 
 DAY_S = 24 * 3600
+ACTIVE = ("queued", "running", "awaiting_interaction")
 START_OFFSET_MS = 40 * DAY_S * 1000
 
 
@@ -86,6 +89,53 @@ class Stack:
             metadata=auth_metadata("admin"),
         )
         return roots
+
+    def create_resources(self, workspace_id: str, session_id: str) -> ResourceLayout:
+        """Create the four resources a runtime creates for a Session (MAINT-OUT-1)."""
+        layout = ResourceLayout(self.resources)
+        for directory in (
+            layout.sidecar_dir(session_id),
+            layout.attachments_dir(session_id),
+            layout.workspace_dir(workspace_id, session_id),
+            layout.agent_lease(session_id),
+        ):
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / "state.json").write_text("{}")
+        return layout
+
+    def resource_classes(self, workspace_id: str, session_id: str) -> set[str]:
+        """Which resource classes of a Session still exist on disk."""
+        layout = ResourceLayout(self.resources)
+        present = set()
+        if layout.sidecar_dir(session_id).exists() or layout.attachments_dir(session_id).exists():
+            present.add("session")
+        if layout.workspace_dir(workspace_id, session_id).exists():
+            present.add("workspace")
+        if layout.agent_lease(session_id).exists():
+            present.add("agent_lease")
+        return present
+
+    def pending_cleanups(self) -> set[tuple[str, str]]:
+        """(workspace, Session) of Host's pending cleanup rows."""
+        response = self.host_stub.ListPendingResourceCleanups(
+            host_pb2.ListPendingResourceCleanupsRequest(limit=1000),
+            metadata=auth_metadata("service"),
+        )
+        return {(row.workspace_id, row.session_id) for row in response.cleanups}
+
+    def start_turn(self, session_id: str, turn_id: str, workspace_id: str = "ws-1") -> None:
+        """Make a live Session's Turn active (the idle gate closes)."""
+        add_active_turn(self.engine, session_id, turn_id, workspace_id=workspace_id)
+
+    def settle_turns(self) -> None:
+        """End every active Turn (the idle gate opens)."""
+        with self.engine.begin() as connection:
+            connection.execute(
+                update(Turn)
+                .where(Turn.phase.in_(ACTIVE))
+                .values(phase="settled", outcome="canceled")
+            )
+            connection.execute(update(Session).values(active_turn_id=None))
 
     def maintenance(
         self,
