@@ -13,8 +13,8 @@ import pytest
 from agentactivity.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
 from tests.integration.maintenance.stack import Stack
 from tests.support.polling import eventually
-from tests.support.service_process import service_process
 from tests.support.servers import auth_metadata, token_for
+from tests.support.service_process import service_process
 from tests.support.session_trees import add_messages, sessions
 
 RUN = maintenance_pb2
