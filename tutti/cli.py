@@ -15,6 +15,7 @@ from grpcserver.settings import ServerSettings
 from tutti.conformance_commands import conformance_app
 from tutti.live_commands import live_app
 from tutti.local_auth import ensure_local_credentials
+from tutti.maintenance_commands import maintenance_app
 from tutti.reference_commands import refdata_app, reference_app
 from tutti.session_commands import ensure_local_workspace, session_app
 from tutti.suite import COMPANIONS, DEFAULT_GRACE_SECONDS, SUITE, Suite, child_environment
@@ -26,6 +27,7 @@ app.add_typer(reference_app, name="reference")
 app.add_typer(refdata_app, name="refdata")
 app.add_typer(session_app, name="session")
 app.add_typer(live_app, name="live")
+app.add_typer(maintenance_app, name="maintenance")
 
 
 def _service_module(name: str) -> ModuleType:
