@@ -12,6 +12,7 @@ from typing import Any
 from agentactivity.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
 from domainerrors import FieldViolation, InvalidArgument
 from grpcserver.auth import current_principal
+from grpcserver.errors import clip
 from services.maintenance.compaction import DatabaseMeasurement
 from services.maintenance.idle_gate import GateObservation
 from services.maintenance.records import CleanupAttempt
@@ -59,6 +60,7 @@ def _run(run: RunRecord) -> maintenance_pb2.MaintenanceRun:
             completed=run.cleanup.completed,
             failed=run.cleanup.failed,
         ),
+        detail=clip(run.detail, 500),
         compaction=maintenance_pb2.CompactionReport(
             outcome=maintenance_pb2.CompactionOutcome.Value(f"COMPACTION_OUTCOME_{run.compaction}")
         ),

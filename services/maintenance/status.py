@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from domainerrors import Unavailable
 from services.maintenance.clock import Clock
 from services.maintenance.compaction import Compactor, DatabaseMeasurement
-from services.maintenance.host_port import HostPort
+from services.maintenance.host_port import HostPort, HostUnavailable, PendingPage
 from services.maintenance.idle_gate import GateObservation
 from services.maintenance.records import CleanupAttempt, CleanupAttempts, CompletionMarkers
 from services.maintenance.retention import RetentionPreference, RetentionPreferences
@@ -139,7 +140,12 @@ class StatusReader:
         )
 
     async def _cleanup(self, scope: frozenset[str] | None) -> CleanupStatus:
-        page = await self._host.pending_cleanups("", PENDING_COUNT_CAP)
+        try:
+            page = await self._host.pending_cleanups("", PENDING_COUNT_CAP)
+        except HostUnavailable:
+            # Without Host the pending count is unknown: report what maintenance knows (its
+            # failure records) and mark the count as a lower bound.
+            page = PendingPage(rows=(), next_cursor="unknown")
         pending = {(row.workspace_id, row.session_id) for row in page.rows}
         capped = bool(page.next_cursor)
         attempts = await self._attempts.all()
@@ -156,7 +162,15 @@ class StatusReader:
         components = sessions = restorable = past_cutoff = 0
         cursor = ""
         for _ in range(PREVIEW_MAX_PAGES):
-            page = await self._host.deleted_sessions(workspace_id, cursor, PREVIEW_PAGE)
+            try:
+                page = await self._host.deleted_sessions(workspace_id, cursor, PREVIEW_PAGE)
+            except HostUnavailable as error:
+                raise Unavailable(
+                    "Host is unavailable, so the preview cannot be computed; try again",
+                    reason="HOST_UNAVAILABLE",
+                    metadata={"code": error.code},
+                    retry_after_seconds=5.0,
+                ) from None
             for tree in page.trees:
                 components += 1
                 sessions += tree.tree_size

@@ -298,6 +298,7 @@ class MaintenanceWorker:
                 run.batches_completed += 1
                 run.components_purged += components
                 run.sessions_purged += sessions
+                # Every batch rescans and meets the same blocked trees: keep the largest count.
                 run.components_blocked = max(run.components_blocked, blocked)
                 run.more_remaining = more
                 run.purged_session_ids.extend(ids)
@@ -323,7 +324,9 @@ class MaintenanceWorker:
                         if gate.state is GateState.AGENT_ACTIVE
                         else RunState.STOPPED_HOST_UNAVAILABLE
                     )
-                    run.detail = gate.detail
+                    run.detail = gate.detail or (
+                        f"a Turn became active in {len(gate.active_workspaces)} workspace(s)"
+                    )
                     return
         except HostUnavailable as error:
             run.state = RunState.STOPPED_HOST_UNAVAILABLE

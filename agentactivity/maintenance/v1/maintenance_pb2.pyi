@@ -551,6 +551,8 @@ class PurgeProgress(_message.Message):
     components_blocked: _builtins.int
     """components_blocked is the number of trees retained whole because a member is live
     or too new (HOST-DEL-9) or a reachable descendant is not tombstoned (HOST-DEL-10).
+    Each batch scans from the start again and meets the same blocked trees, so this is
+    the largest count one batch reported, not a sum.
     """
     more_remaining: _builtins.bool
     """more_remaining is true when eligible work was left (the run stopped early)."""
@@ -670,6 +672,7 @@ class MaintenanceRun(_message.Message):
     PROGRESS_FIELD_NUMBER: _builtins.int
     CLEANUP_FIELD_NUMBER: _builtins.int
     COMPACTION_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """run_id is the opaque run identity (also in logs and traces)."""
     trigger: Global___RunTrigger.ValueType
@@ -686,6 +689,10 @@ class MaintenanceRun(_message.Message):
     """started_at_unix_ms is when the worker started the run."""
     finished_at_unix_ms: _builtins.int
     """finished_at_unix_ms is when the run ended; unset while RUNNING."""
+    detail: _builtins.str
+    """detail says why a run ended other than COMPLETED (a short, sanitized text such as the
+    gRPC code Host answered); empty for a completed run.
+    """
     @_builtins.property
     def progress(self) -> Global___PurgeProgress:
         """progress of the purge."""
@@ -711,10 +718,11 @@ class MaintenanceRun(_message.Message):
         progress: Global___PurgeProgress | None = ...,
         cleanup: Global___CleanupSummary | None = ...,
         compaction: Global___CompactionReport | None = ...,
+        detail: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_finished_at_unix_ms", b"_finished_at_unix_ms", "_purge_cutoff_unix_ms", b"_purge_cutoff_unix_ms", "_workspace_id", b"_workspace_id", "cleanup", b"cleanup", "compaction", b"compaction", "finished_at_unix_ms", b"finished_at_unix_ms", "progress", b"progress", "purge_cutoff_unix_ms", b"purge_cutoff_unix_ms", "workspace_id", b"workspace_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_finished_at_unix_ms", b"_finished_at_unix_ms", "_purge_cutoff_unix_ms", b"_purge_cutoff_unix_ms", "_workspace_id", b"_workspace_id", "cleanup", b"cleanup", "compaction", b"compaction", "finished_at_unix_ms", b"finished_at_unix_ms", "progress", b"progress", "purge_cutoff_unix_ms", b"purge_cutoff_unix_ms", "run_id", b"run_id", "started_at_unix_ms", b"started_at_unix_ms", "state", b"state", "trigger", b"trigger", "workspace_id", b"workspace_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_finished_at_unix_ms", b"_finished_at_unix_ms", "_purge_cutoff_unix_ms", b"_purge_cutoff_unix_ms", "_workspace_id", b"_workspace_id", "cleanup", b"cleanup", "compaction", b"compaction", "detail", b"detail", "finished_at_unix_ms", b"finished_at_unix_ms", "progress", b"progress", "purge_cutoff_unix_ms", b"purge_cutoff_unix_ms", "run_id", b"run_id", "started_at_unix_ms", b"started_at_unix_ms", "state", b"state", "trigger", b"trigger", "workspace_id", b"workspace_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__finished_at_unix_ms: _TypeAlias = _typing.Literal["finished_at_unix_ms"]  # noqa: Y015
     _WhichOneofArgType__finished_at_unix_ms: _TypeAlias = _typing.Literal["_finished_at_unix_ms", b"_finished_at_unix_ms"]  # noqa: Y015
@@ -824,8 +832,9 @@ class CleanupStatus(_message.Message):
     pending_rows: _builtins.int
     """pending_rows is the number of pending cleanup rows on Host."""
     pending_rows_capped: _builtins.bool
-    """pending_rows_capped is true when Host's listing bound was reached, so pending_rows
-    is a lower bound.
+    """pending_rows_capped is true when Host's listing bound was reached, or Host could not
+    be asked (the idle gate then reads ACTIVITY_STATE_UNAVAILABLE), so pending_rows is a
+    lower bound.
     """
     failing_rows: _builtins.int
     """failing_rows is the number of pending rows with at least one failed attempt."""

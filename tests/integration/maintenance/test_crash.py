@@ -28,9 +28,7 @@ def tree_states(stack: Stack) -> dict[str, str]:
     for i in range(TREES):
         members = {f"r{i}", f"r{i}a", f"r{i}b"}
         present = members & stored
-        states[f"r{i}"] = (
-            "whole" if present == members else "gone" if not present else "partial"
-        )
+        states[f"r{i}"] = "whole" if present == members else "gone" if not present else "partial"
     return states
 
 

@@ -104,6 +104,7 @@ def test_work_beginning_mid_run_stops_between_batches_and_reports_progress(
     assert run.progress.batches_completed == 2
     assert run.progress.components_purged == 2
     assert run.progress.more_remaining
+    assert run.detail == "a Turn became active in 1 workspace(s)"
     assert len(response.purged_session_ids) == 2
     assert len(tombstones(stack)) == 3, "the committed batches stand, the rest waits"
     assert run.cleanup.completed == 2

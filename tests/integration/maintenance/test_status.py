@@ -3,12 +3,14 @@ that reading it changes nothing."""
 
 from __future__ import annotations
 
+import grpc
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from agentactivity.maintenance.v1 import maintenance_pb2
 from tests.integration.maintenance.stack import Stack, fake_clock
+from tests.support.rpc_errors import error_details
 from tests.support.session_trees import add_tree, sessions
 from tests.support.store_snapshot import snapshot
 
@@ -95,3 +97,23 @@ def test_runs_batches_rows_cleanup_and_pauses_are_metrics(stack: Stack) -> None:
     assert values[("maintenance.cleanup.completed", ())] == 3
     assert values[("maintenance.cleanup.failures", ())] == 0
     assert values[("maintenance.idle_gate.paused", ())] == 0
+
+
+@pytest.mark.spec("MAINT-STAT-1", "MAINT-IDLE-1")
+def test_without_host_the_status_still_answers_and_the_gate_is_closed(stack: Stack) -> None:
+    clock = fake_clock()
+    m = stack.maintenance(clock)
+    stack.host.stop()
+    status = m.status()
+    assert status.idle_gate.state == RUN.IDLE_GATE_STATE_ACTIVITY_STATE_UNAVAILABLE
+    assert status.cleanup.pending_rows_capped, "the pending count is only a lower bound"
+    assert status.paused_by_idle_gate
+    with pytest.raises(grpc.RpcError) as refused:
+        m.status(preview_workspace_id="ws-1")
+    assert error_details(refused.value)[:2] == (grpc.StatusCode.UNAVAILABLE, "HOST_UNAVAILABLE")
+    with pytest.raises(grpc.RpcError) as purge:
+        m.purge("ws-1")
+    assert error_details(purge.value)[:2] == (grpc.StatusCode.UNAVAILABLE, "HOST_UNAVAILABLE")
+    clock.advance(600)
+    clock.wait_for_sleeper(clock.now_ms() + 1)
+    assert not m.status().HasField("last_run"), "no run starts behind a closed gate"
