@@ -840,6 +840,17 @@ def start(
             issuemanager_address=issues.address,
             service_token=token_for("service"),
         )
+    if server == "maintenance":
+        # Maintenance reaches Host for every purge and status read (ARCH-2); without one an
+        # admitted call can only fail, so it gets a seeded Host on the same store.
+        host = live_server("host", database_url=url)
+        _seed_host(host, engine)
+        return live_server(
+            "maintenance",
+            database_url=url,
+            host_address=host.address,
+            service_token=token_for("service"),
+        )
     return live_server(server, database_url=url)
 
 
@@ -887,6 +898,65 @@ def test_every_rpc_role_and_case_is_authorized_as_declared(
             failures.append(problem)
     assert ran == sum(1 for _ in _by_server(server))
     assert not failures, f"{len(failures)} of {ran} cases failed:\n" + "\n".join(failures)
+
+
+# ------------------------------------------------ maintenance without a reachable Host
+
+UNREACHABLE_HOST = "127.0.0.1:1"
+"""A port nothing listens on: every Host call of maintenance fails at once."""
+
+
+def _maintenance_without_host(url: str, live_server: Callable[..., LiveServer]) -> Any:
+    server = live_server(
+        "maintenance",
+        database_url=url,
+        host_address=UNREACHABLE_HOST,
+        service_token=token_for("service"),
+    )
+    return maintenance_pb2_grpc.MaintenanceServiceStub(server.channel)
+
+
+@pytest.mark.spec("SEC-3", "SEC-4", "MAINT-MAN-1")
+def test_an_admitted_manual_purge_without_a_reachable_host_is_unavailable(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    stub = _maintenance_without_host(migrated_db_url, live_server)
+    for principal in ("ws1-service", "admin"):
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.RunManualPurge(
+                maintenance_pb2.RunManualPurgeRequest(
+                    workspace_id=OWN, scope=maintenance_pb2.PURGE_SCOPE_WORKSPACE
+                ),
+                metadata=auth_metadata(principal),
+                timeout=15,
+            )
+        code, reason, _ = error_details(caught.value)
+        assert (code, reason) == (grpc.StatusCode.UNAVAILABLE, "HOST_UNAVAILABLE"), principal
+
+
+@pytest.mark.spec("SEC-3", "SEC-4", "MAINT-STAT-1")
+def test_an_admitted_status_read_without_a_reachable_host_is_not_internal(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    """Once HostUnavailable escaped the status read as INTERNAL with a traceback."""
+    stub = _maintenance_without_host(migrated_db_url, live_server)
+    outcomes = []
+    for principal, preview in (("ws1-device", None), ("ws1-device", OWN), ("admin", None)):
+        request = maintenance_pb2.GetMaintenanceStatusRequest()
+        if preview is not None:
+            request.preview_workspace_id = preview
+        try:
+            response = stub.GetMaintenanceStatus(
+                request, metadata=auth_metadata(principal), timeout=15
+            )
+        except grpc.RpcError as error:
+            outcomes.append((principal, preview, error.code()))
+            continue
+        # Answered: the gate fails closed and says why (MAINT-IDLE-1).
+        state = response.idle_gate.state
+        assert state == maintenance_pb2.IDLE_GATE_STATE_ACTIVITY_STATE_UNAVAILABLE, principal
+    wrong = [o for o in outcomes if o[2] != grpc.StatusCode.UNAVAILABLE]
+    assert not wrong, wrong
 
 
 # ------------------------------------------- livestream x every fixture principal

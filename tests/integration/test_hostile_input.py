@@ -11,7 +11,10 @@ servers (``live_server``) on SQLite and Postgres:
 - recursive messages nested past our own limits and past protobuf's 100 levels;
 - messages just above the server's receive limit and above documented bounds (1 MiB);
 - out-of-order and hostile frames on ``RuntimeLink`` and ``DeviceLink``, and hostile
-  ``WatchActivity`` requests.
+  ``WatchActivity`` requests;
+- maintenance (with its Host on the same store): manual purges and status previews aimed
+  next to the stored tombstone (unknown scopes, near-miss and wildcard ids, mistyped
+  fields) and unknown retention periods, which must purge nothing and change nothing.
 
 Every call must end within a short deadline with a status other than ``INTERNAL`` or
 ``UNKNOWN``; the server stays ``SERVING``; no ERROR line and no traceback is logged; and a
@@ -44,18 +47,22 @@ from sqlalchemy import Engine, literal_column, select, text
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2, host_pb2_grpc, runtime_pb2
 from agentactivity.livestream.v1 import livestream_pb2
+from agentactivity.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
 from services.host.app import RECEIVE_LIMIT_BYTES as HOST_RECEIVE_LIMIT
 from store.engine import create_sync_engine_for
 from store.models import Base
 from tests.support.host_sessions import demo_target
 from tests.support.hostile_requests import (
+    HOSTILE_STRINGS,
     field_bytes,
     hostile_message,
+    mistyped_bytes,
     nested_bytes,
     oversize_bytes,
     recursion_paths,
     undecodable_bytes,
 )
+from tests.support.rpc_errors import error_details
 from tests.support.server_health import assert_serving
 from tests.support.servers import LiveServer, auth_metadata, token_for
 from tests.support.session_trees import add_tree
@@ -149,21 +156,33 @@ class Hostile:
         assert "Traceback" not in (details or ""), (what, code, details)
         assert code != grpc.StatusCode.DEADLINE_EXCEEDED, ("hang", what, (details or "")[:200])
 
-    def unary(self, server: LiveServer, path: str, body: bytes, principal: str) -> None:
-        """Send raw ``body`` to a unary method and check the result."""
+    def unary(
+        self, server: LiveServer, path: str, body: bytes, principal: str
+    ) -> tuple[grpc.StatusCode, bytes | grpc.RpcError]:
+        """Send raw ``body`` to a unary method and check the result.
+
+        Returns:
+            The status code and the response bytes (or the error of a refused call).
+        """
         call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = server.channel.unary_unary(
             path, request_serializer=None, response_deserializer=None
         )
         what = (path, principal, body[:120], len(body))
         before = self.snapshot()
         self.sent += 1
+        result: tuple[grpc.StatusCode, bytes | grpc.RpcError]
         try:
-            call(body, metadata=_metadata(principal), timeout=DEADLINE)
+            result = (
+                grpc.StatusCode.OK,
+                call(body, metadata=_metadata(principal), timeout=DEADLINE),
+            )
         except grpc.RpcError as error:
             self.outcome(error.code(), error.details(), what)
             self.refused += 1
             assert self.snapshot() == before, ("a refused call changed the store", what)
+            result = (error.code(), error)
         self.check_health_and_logs(server, what)
+        return result
 
     def server_stream(self, server: LiveServer, path: str, body: bytes, principal: str) -> None:
         """Open a server stream with ``body``: its first answer (or its end) must come fast."""
@@ -564,3 +583,147 @@ def test_link_streams_survive_out_of_order_frames(hostile: Hostile) -> None:
         for principal in ("ws1-device", "ws1-service", "admin"):
             hostile.bidi(live, DEVICE_LINK, frames, principal)
     hostile.report("out of order", minimum=3 * (len(runtime_cases) + len(device_cases)))
+
+
+# ------------------------------------------------------------------ maintenance
+
+MAINTENANCE = "/agentactivity.maintenance.v1.MaintenanceService/"
+COMPONENT = maintenance_pb2.PURGE_SCOPE_COMPONENT
+WORKSPACE = maintenance_pb2.PURGE_SCOPE_WORKSPACE
+UNKNOWN_ENUMS = (3, 4, 999, -1, 2**31 - 1, -(2**31))
+HOSTILE_IDS = (
+    *HOSTILE_STRINGS,
+    "s-del\x00",
+    "S-DEL",
+    " s-del",
+    "s-del ",
+    "s-%",
+    "s-_el",
+    "a" * 300_001,
+    "\x00" * 65_537,
+    "\U0001f600" * 65_537,
+)
+"""Session ids next to the stored tombstone ``s-del``: none of them may purge it."""
+HOSTILE_WORKSPACES = (
+    *HOSTILE_STRINGS,
+    "WS-1",
+    " ws-1",
+    "ws-1 ",
+    "ws-%",
+    "ws-_",
+    "ws-1\x00",
+    "a" * 300_001,
+)
+"""Workspace ids next to ``ws-1``: a wildcard or a near miss must never purge ws-1."""
+
+
+def _purge(**fields: Any) -> bytes:
+    return maintenance_pb2.RunManualPurgeRequest(**fields).SerializeToString()
+
+
+def _maintenance_state(hostile: Hostile) -> tuple[list[str], Any, Any]:
+    """ws-1's topmost tombstones (Host), the retention preference and the store snapshot."""
+    host = host_pb2_grpc.HostServiceStub(hostile.servers["host"].channel)
+    deleted = host.ListDeletedSessions(
+        host_pb2.ListDeletedSessionsRequest(workspace_id="ws-1"),
+        metadata=auth_metadata("admin"),
+        timeout=DEADLINE,
+    )
+    maintenance = maintenance_pb2_grpc.MaintenanceServiceStub(
+        hostile.servers["maintenance"].channel
+    )
+    retention = maintenance.GetRetentionPreference(
+        maintenance_pb2.GetRetentionPreferenceRequest(),
+        metadata=auth_metadata("admin"),
+        timeout=DEADLINE,
+    ).preference
+    return [item.session.session_id for item in deleted.items], retention, hostile.snapshot()
+
+
+def _refused_with(result: tuple[grpc.StatusCode, Any], code: grpc.StatusCode, field: str) -> None:
+    status, error = result
+    assert status == code, (status, code, field)
+    assert isinstance(error, grpc.RpcError)
+    _, _, fields = error_details(error)
+    assert field in fields, (field, fields)
+
+
+@pytest.mark.spec("SEC-4", "SEC-2", "MAINT-MAN-1", "MAINT-PREF-1", "MAINT-STAT-1")
+def test_maintenance_refuses_hostile_targets_and_purges_nothing(hostile: Hostile) -> None:
+    """Manual purges with unknown scopes, hostile or near-miss Session and workspace ids,
+    mistyped fields; retention with unknown periods; status previews of hostile
+    workspaces. Each gets a typed answer, and the tombstone ``s-del``, the retention
+    preference and every table stay as they were."""
+    maintenance = hostile.servers["maintenance"]
+    purge, retention, status = (
+        MAINTENANCE + name
+        for name in ("RunManualPurge", "SetRetentionPreference", "GetMaintenanceStatus")
+    )
+    before = _maintenance_state(hostile)
+    assert before[0] == ["s-del"]
+    assert before[1].is_default
+    invalid = grpc.StatusCode.INVALID_ARGUMENT
+
+    for principal in ("admin", "ws1-service"):
+        for scope in UNKNOWN_ENUMS:
+            for extra in ({}, {"session_id": "s-del"}):
+                body = _purge(workspace_id="ws-1", scope=scope, **extra)
+                _refused_with(hostile.unary(maintenance, purge, body, principal), invalid, "scope")
+        for session_id in HOSTILE_IDS:
+            body = _purge(workspace_id="ws-1", scope=COMPONENT, session_id=session_id)
+            code, _ = hostile.unary(maintenance, purge, body, principal)
+            # A near miss is not found or an invalid id; it never reaches s-del.
+            assert code in (invalid, grpc.StatusCode.NOT_FOUND), (session_id[:40], code)
+        for wrong in mistyped_bytes(maintenance_pb2.RunManualPurgeRequest.DESCRIPTOR):
+            # A mistyped field is unset: no workspace, or a component without its id.
+            for head in (b"", _purge(workspace_id="ws-1", scope=COMPONENT)):
+                code, _ = hostile.unary(maintenance, purge, head + wrong, principal)
+                assert code == invalid, (head, wrong, code)
+
+    for workspace_id in HOSTILE_WORKSPACES:
+        for scope, extra in ((WORKSPACE, {}), (COMPONENT, {"session_id": "s-del"})):
+            body = _purge(workspace_id=workspace_id, scope=scope, **extra)
+            code, answer = hostile.unary(maintenance, purge, body, "admin")
+            if code == grpc.StatusCode.OK:
+                assert isinstance(answer, bytes)
+                response = maintenance_pb2.RunManualPurgeResponse.FromString(answer)
+                assert not response.purged_session_ids, (workspace_id[:40], response)
+            else:
+                assert code in (invalid, grpc.StatusCode.NOT_FOUND), (workspace_id[:40], code)
+            # A workspace-scoped operator is refused anything but its own workspace.
+            code, _ = hostile.unary(maintenance, purge, body, "ws1-service")
+            expected = invalid if workspace_id == "" else grpc.StatusCode.PERMISSION_DENIED
+            assert code == expected, (workspace_id[:40], code)
+
+    for period in UNKNOWN_ENUMS:
+        body = maintenance_pb2.SetRetentionPreferenceRequest(
+            retention=maintenance_pb2.RetentionPeriod.ValueType(period)
+        ).SerializeToString()
+        _refused_with(hostile.unary(maintenance, retention, body, "admin"), invalid, "retention")
+    for wrong in mistyped_bytes(maintenance_pb2.SetRetentionPreferenceRequest.DESCRIPTOR):
+        _refused_with(hostile.unary(maintenance, retention, wrong, "admin"), invalid, "retention")
+
+    for workspace_id in HOSTILE_WORKSPACES:
+        body = maintenance_pb2.GetMaintenanceStatusRequest(
+            preview_workspace_id=workspace_id
+        ).SerializeToString()
+        code, answer = hostile.unary(maintenance, status, body, "admin")
+        if code == grpc.StatusCode.OK:
+            assert isinstance(answer, bytes)
+            preview = maintenance_pb2.GetMaintenanceStatusResponse.FromString(
+                answer
+            ).manual_purge_preview
+            # Only ws-1 holds a tombstone; no wildcard previews it.
+            assert preview.topmost_components == 0, (workspace_id[:40], preview)
+        else:
+            assert code == invalid, (workspace_id[:40], code)
+        code, _ = hostile.unary(maintenance, status, body, "ws1-device")
+        expected = invalid if workspace_id == "" else grpc.StatusCode.PERMISSION_DENIED
+        assert code == expected, (workspace_id[:40], code)
+    for wrong in mistyped_bytes(maintenance_pb2.GetMaintenanceStatusRequest.DESCRIPTOR):
+        # A mistyped preview field is unset: the status without a preview.
+        code, _ = hostile.unary(maintenance, status, wrong, "ws1-device")
+        assert code == grpc.StatusCode.OK, (wrong, code)
+
+    assert _maintenance_state(hostile) == before
+    hostile.report("maintenance", minimum=300)

@@ -13,6 +13,8 @@ RPC or field is covered without a change.
   nested ``levels`` deep, found generically (``ArtifactGroupTree.groups``,
   ``ToolCallSnapshot.steps``, ``google.protobuf.Struct`` ...).
 * :func:`oversize_bytes` — a request whose first string field holds ``size`` bytes.
+* :func:`mistyped_bytes` — each field of a message sent with every wire type but its own
+  (a parser keeps such a field as an unknown field, so the handler sees it unset).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ __all__ = [
     "KNOWN_IDS",
     "field_bytes",
     "hostile_message",
+    "mistyped_bytes",
     "nested_bytes",
     "oversize_bytes",
     "recursion_paths",
@@ -361,3 +364,46 @@ def oversize_bytes(descriptor: Descriptor, head: bytes, size: int) -> bytes | No
         if field.name not in _WORKSPACE_FIELDS:
             return head + field_bytes(field.number, b"a" * size)
     return None
+
+
+_WIRE_TYPE: dict[int, int] = {
+    FieldDescriptor.TYPE_DOUBLE: 1,
+    FieldDescriptor.TYPE_FIXED64: 1,
+    FieldDescriptor.TYPE_SFIXED64: 1,
+    FieldDescriptor.TYPE_FLOAT: 5,
+    FieldDescriptor.TYPE_FIXED32: 5,
+    FieldDescriptor.TYPE_SFIXED32: 5,
+    FieldDescriptor.TYPE_STRING: 2,
+    FieldDescriptor.TYPE_BYTES: 2,
+    FieldDescriptor.TYPE_MESSAGE: 2,
+}
+"""Wire type of each field type that is not a varint (wire type 0)."""
+
+
+def _encoded(number: int, wire_type: int) -> bytes:
+    """One field ``number`` of ``wire_type`` with a small, well-formed payload."""
+    tag = varint((number << 3) | wire_type)
+    if wire_type == 0:
+        return tag + varint(2**64 - 1)
+    if wire_type == 1:
+        return tag + b"\xff" * 8
+    if wire_type == 5:
+        return tag + b"\xff" * 4
+    return field_bytes(number, b"ws-1")
+
+
+def mistyped_bytes(descriptor: Descriptor) -> list[bytes]:
+    """Each field of ``descriptor`` encoded with every wire type (0, 1, 2, 5) but its own.
+
+    The bytes are well formed: the parser keeps a mistyped field as an unknown field, so
+    the handler sees the field unset (a packed repeated scalar takes wire type 2 too, so
+    it is left out of that one). A server must answer as for the field left unset.
+    """
+    cases: list[bytes] = []
+    for field in descriptor.fields:
+        own = _WIRE_TYPE.get(field.type, 0)
+        for wire_type in (0, 1, 2, 5):
+            if wire_type == own or (wire_type == 2 and _is_repeated(field)):
+                continue
+            cases.append(_encoded(field.number, wire_type))
+    return cases
