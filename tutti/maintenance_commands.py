@@ -182,7 +182,7 @@ _STATE_NOTES = {
         "the maintenance service is shutting down; committed batches stand; run again later"
     ),
     _M.MAINTENANCE_RUN_STATE_FAILED: (
-        "the run ended on an unexpected error; committed batches stand (see the service log)"
+        "the run ended on an unexpected error; committed batches stand"
     ),
 }
 
@@ -469,6 +469,8 @@ def purge(
         state = _enum(_M.MaintenanceRunState, run.state, "MAINTENANCE_RUN_STATE_")
         note = _STATE_NOTES.get(run.state, "")
         typer.echo(f"run {run.run_id}: {state}{f' ({note})' if note else ''}")
+        if run.detail:
+            typer.echo(f"  why: {run.detail}")
         p = run.progress
         typer.echo(
             f"  purged: {p.components_purged} component(s), {p.sessions_purged} Session(s) "
