@@ -3,7 +3,8 @@ real demo runtime process wiring, on SQLite and Postgres (MAINT-OUT-1).
 
 The four resources are the ones maintenance releases after a purge (``session_resources``):
 the sidecar state and copied attachments keyed by Session id, the workspace scratch directory
-and the global agent lease. Deleting the Session (``release_session``) keeps them all.
+and the global agent lease. Deleting the Session (``release_session``) keeps them all; the
+manual purge through a real maintenance server releases them all.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from sqlalchemy import Engine, select
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2, host_pb2_grpc
+from agentactivity.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
 from services.demoruntime.resources import attachment_file_name
 from session_resources import ResourceLayout
 from store.models import RuntimeCommandOutbox
@@ -73,8 +75,8 @@ def _pending_releases(engine: Engine) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.spec("MAINT-OUT-1", "HOST-RT-1")
-def test_a_demo_turn_creates_the_four_resources_and_a_delete_keeps_them(
+@pytest.mark.spec("MAINT-OUT-1", "HOST-RT-1", "HOST-CLEAN-1")
+def test_a_demo_turn_creates_the_four_resources_a_delete_keeps_them_a_purge_releases_them(
     migrated_db_url: str,
     live_server: Callable[..., LiveServer],
     sync_engine: Engine,
@@ -177,3 +179,28 @@ def test_a_demo_turn_creates_the_four_resources_and_a_delete_keeps_them(
         "the demo runtime never acknowledged release_session"
     )
     assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before
+
+    # The manual purge removes the Session and maintenance releases all four resources.
+    maintenance = live_server(
+        "maintenance",
+        database_url=migrated_db_url,
+        host_address=host.address,
+        service_token=token_for("service"),
+        resources_dir=root,
+    )
+    purged = maintenance_pb2_grpc.MaintenanceServiceStub(maintenance.channel).RunManualPurge(
+        maintenance_pb2.RunManualPurgeRequest(
+            workspace_id=WS, scope=maintenance_pb2.PURGE_SCOPE_COMPONENT, session_id=SID
+        ),
+        metadata=auth_metadata("admin"),
+        timeout=60,
+    )
+    assert list(purged.purged_session_ids) == [SID]
+    assert purged.run.cleanup.completed == 1
+    for gone in (
+        layout.sidecar_dir(SID),
+        layout.attachments_dir(SID),
+        layout.workspace_dir(WS, SID),
+        layout.agent_lease(SID),
+    ):
+        assert not gone.exists(), gone
