@@ -1,11 +1,17 @@
-"""Smoke test of the host benchmark's own machinery (no timing assertions: bench/ measures)."""
+"""Smoke tests of the host and maintenance benchmarks' machinery (no timing assertions: bench/
+measures)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+from pathlib import Path
 
 import grpc
+import pytest
 
+import bench.stats
+from bench import maintenance_bench
 from bench.host_bench import Comparison, drive, echo_call, echo_server, table, verdicts
 from bench.stats import summarize
 
@@ -60,3 +66,66 @@ def test_report_helpers_check_targets_at_concurrency_32() -> None:
     assert checked["GetSession"]["met"] is True
     assert checked["SendInput new"]["met"] is False
     assert "| GetSession | 32 | 600 |" in table("sqlite", results)
+
+
+def test_maintenance_bench_shape_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    shape = maintenance_bench.Shape(3, 2, 4, 10, 2)
+    parents = maintenance_bench.tree_parents("x", shape)
+    assert (shape.components, shape.sessions, len(parents)) == (5, 11, 11)
+    assert sum(parent is None for parent in parents.values()) == shape.components
+    assert parents["x00002-3"] == "x00002-1"  # one grandchild per tree of 4
+    assert [parents.get(f"x{index:05d}-1") for index in range(5)] == [
+        "x00000",
+        None,
+        "x00002",
+        None,
+        None,
+    ]  # the trees spread among the single Sessions
+    assert shape.rows() == {"sessions": 11, "turns": 22, "messages": 110}
+    monkeypatch.setenv("MAINTENANCE_BENCH_TRIALS", "7")
+    options, raw = maintenance_bench.parse_options([])
+    assert (options.trials, raw) == (7, None)
+
+
+@pytest.mark.slow
+def test_maintenance_bench_tiny_run_writes_every_figure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench.stats, "RESULTS", tmp_path)
+    path = maintenance_bench.main(
+        [
+            "--backends=sqlite",
+            "--rounds=1",
+            "--single-sessions=4",
+            "--trees=2",
+            "--messages-per-session=20",
+            "--turns-per-session=2",
+            "--trials=2",
+            "--warmup-trials=0",
+            "--pause-messages-per-session=10",
+            "--pause-chunk-components=40",
+            "--pause-reserve-components=30",
+            "--calibration-components=12",
+            "--calibration-runs=1",
+            "--output=maintenance_bench_smoke",
+        ]
+    )
+    assert path == tmp_path / "maintenance_bench_smoke.json"
+    result = json.loads(path.read_text())
+    purge = result["backends"]["sqlite"]["purge"]
+    (round_,) = purge["rounds"]
+    assert round_["deleted"]["messages"] == 6 * 20 + 2 * 3 * 20
+    assert round_["deleted"]["sessions"] == 12
+    assert round_["components"] == 6
+    for key in ("purge_rows_per_s_median", "raw_rows_per_s_median", "ratio_median"):
+        assert purge[key] > 0
+    assert isinstance(purge["met"], bool)
+    pause = result["backends"]["sqlite"]["pause"]
+    assert pause["trials"] == 2
+    assert len(pause["purge_trials"]) == 2
+    assert pause["batch_ms"]["median_ms"] > 0
+    for key in ("p50", "p99", "p99_in_batches"):
+        assert isinstance(pause["pause_ms"][key], float)
+    for key in ("purge_p99", "idle_p99", "p99_ratio"):
+        assert pause["send_input_ms"][key] > 0
+    assert set(result["targets_met"]["sqlite"]) == {"purge", "pause"}
