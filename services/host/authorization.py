@@ -59,6 +59,7 @@ HOST_SERVICE = ServiceAuthorization(
         "PurgeWorkspaceTombstones": workspace_field(*OPERATORS),
         "ListPendingResourceCleanups": optional_workspace(*OPERATORS),
         "CompleteResourceCleanup": workspace_field(*OPERATORS),
+        "CompleteResourceCleanups": optional_workspace(*OPERATORS),
         # Activity: the idle gate reads every workspace of its (deployment-wide) token.
         "GetActivityState": optional_workspace(*ANY_ROLE),
         "WatchActivity": workspace_field(*OPERATORS),

@@ -21,10 +21,17 @@ from services.host.repository.deletion_scope import DeletionScope, deletion_runn
 from services.host.sessions import validate_session_id
 from store import page_tokens
 
-__all__ = ["CleanupPage", "Completion", "complete_resource_cleanup", "list_pending_cleanups"]
+__all__ = [
+    "CleanupPage",
+    "Completion",
+    "complete_resource_cleanup",
+    "complete_resource_cleanups",
+    "list_pending_cleanups",
+]
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
+MAX_COMPLETIONS = 1000
 
 
 @dataclass(frozen=True)
@@ -103,5 +110,41 @@ async def complete_resource_cleanup(
     async def run(scope: DeletionScope) -> Completion:
         completed, lifted = await scope.deletion.complete_cleanup(workspace_id, session_id)
         return Completion(completed, lifted)
+
+    return await deletion_runner(ctx.database.engine).run(run)
+
+
+async def complete_resource_cleanups(
+    ctx: HostContext, rows: list[tuple[str, str]]
+) -> list[Completion]:
+    """Complete several rows in one transaction, each as :func:`complete_resource_cleanup`.
+
+    ``rows`` are (workspace, Session) pairs the caller is authorized for.
+
+    Raises:
+        InvalidArgument: no rows, more than :data:`MAX_COMPLETIONS`, a repeated row, or a
+            malformed id (field ``cleanups[i]...``); nothing changes.
+    """
+    if not rows:
+        raise InvalidArgument.for_field("cleanups", "must name at least one row")
+    if len(rows) > MAX_COMPLETIONS:
+        raise InvalidArgument.for_field("cleanups", f"must name at most {MAX_COMPLETIONS} rows")
+    seen: set[tuple[str, str]] = set()
+    for index, (workspace_id, session_id) in enumerate(rows):
+        if not workspace_id:
+            raise InvalidArgument.for_field(f"cleanups[{index}].workspace_id", "must be set")
+        validate_session_id(session_id, f"cleanups[{index}].session_id")
+        if (workspace_id, session_id) in seen:
+            raise InvalidArgument.for_field(f"cleanups[{index}]", "names a row twice")
+        seen.add((workspace_id, session_id))
+
+    async def run(scope: DeletionScope) -> list[Completion]:
+        done = [await scope.deletion.complete_cleanup(ws, sid) for ws, sid in rows]
+        # A later row of the same id may have removed the last row an earlier one saw.
+        remaining = await scope.deletion.ids_with_pending_cleanup({sid for _, sid in rows})
+        return [
+            Completion(completed, sid not in remaining)
+            for (completed, _), (_, sid) in zip(done, rows, strict=True)
+        ]
 
     return await deletion_runner(ctx.database.engine).run(run)

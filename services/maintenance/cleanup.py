@@ -1,11 +1,12 @@
 """Resource cleanup from Host's outbox (HOST-CLEAN-1, MAINT-OUT-1).
 
-One pass lists every pending outbox row with its ownership facts, releases the Session's
+One pass lists every pending outbox row with its ownership facts, releases each Session's
 resources (:func:`session_resources.release.release_resources` decides the three classes from
-those facts) and completes the row on Host. A row whose release fails stays pending on Host and
-gets an attempt record here with exponential backoff; later passes skip it until its retry is
-due. A failure therefore never changes the purge that wrote the row, and nothing here writes a
-Host row except through ``CompleteResourceCleanup``, so no row is resurrected.
+those facts) and completes the released rows on Host in one ``CompleteResourceCleanups`` call.
+A row whose release fails stays pending on Host and gets an attempt record here with
+exponential backoff; later passes skip it until its retry is due. A failure therefore never
+changes the purge that wrote the row, and nothing here writes a Host row except through that
+completion, so no row is resurrected.
 
 Rows without an attempt record are attempted at once: that is both the immediate attempt right
 after a purge batch and the recovery of rows a crashed process left behind.
@@ -18,7 +19,7 @@ import logging
 from dataclasses import dataclass
 
 from services.maintenance.clock import Clock
-from services.maintenance.host_port import HostPort, PendingCleanup
+from services.maintenance.host_port import MAX_COMPLETIONS, HostPort, PendingCleanup
 from services.maintenance.metrics import MaintenanceMetrics
 from services.maintenance.records import BackoffPolicy, CleanupAttempt, CleanupAttempts
 from session_resources.layout import ResourceLayout
@@ -94,19 +95,27 @@ class ResourceCleaner:
             await self._attempts.forget(stale)
         now = self._clock.now_ms()
         summary = CleanupPass()
-        completed: list[tuple[str, str]] = []
+        released: list[tuple[str, str]] = []
         for row in rows:
             attempt = known.get((row.workspace_id, row.session_id))
             if attempt is not None and attempt.next_attempt_at_unix_ms > now:
                 continue
-            outcome = await self._attempt(row, attempt)
-            summary += outcome
-            if outcome.completed:
-                completed.append((row.workspace_id, row.session_id))
-        await self._attempts.forget(k for k in completed if k in known)
+            if await self._release(row, attempt):
+                released.append((row.workspace_id, row.session_id))
+            else:
+                summary += CleanupPass(attempted=1, failed=1)
+        # One Host commit per chunk instead of one per row; if Host fails here the rows stay
+        # pending and the next pass releases them again (idempotent) before completing.
+        for start in range(0, len(released), MAX_COMPLETIONS):
+            chunk = released[start : start + MAX_COMPLETIONS]
+            await self._host.complete_cleanups(chunk)
+            self._metrics.cleanups_completed += len(chunk)
+            summary += CleanupPass(attempted=len(chunk), completed=len(chunk))
+        await self._attempts.forget(k for k in released if k in known)
         return summary
 
-    async def _attempt(self, row: PendingCleanup, previous: CleanupAttempt | None) -> CleanupPass:
+    async def _release(self, row: PendingCleanup, previous: CleanupAttempt | None) -> bool:
+        """Release one row's resources; a failure is recorded with backoff (``False``)."""
         facts = CleanupFacts(
             workspace_id=row.workspace_id,
             session_id=row.session_id,
@@ -132,7 +141,5 @@ class ResourceCleaner:
                     "error": str(error),
                 },
             )
-            return CleanupPass(attempted=1, failed=1)
-        await self._host.complete_cleanup(row.workspace_id, row.session_id)
-        self._metrics.cleanups_completed += 1
-        return CleanupPass(attempted=1, completed=1)
+            return False
+        return True

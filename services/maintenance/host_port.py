@@ -34,6 +34,7 @@ from grpcserver.channels import aio_channel
 from grpcserver.settings import ServerSettings
 
 __all__ = [
+    "MAX_COMPLETIONS",
     "ActivityState",
     "DeletedPage",
     "DeletedTree",
@@ -47,6 +48,8 @@ __all__ = [
 ]
 
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
+MAX_COMPLETIONS = 1000
+"""Rows one ``CompleteResourceCleanups`` call may complete (Host's bound)."""
 _PASSED_THROUGH: dict[grpc.StatusCode, type[DomainError]] = {
     grpc.StatusCode.NOT_FOUND: NotFound,
     grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
@@ -166,8 +169,9 @@ class HostPort(Protocol):
         """A page of pending cleanup rows across every workspace."""
         ...
 
-    async def complete_cleanup(self, workspace_id: str, session_id: str) -> None:
-        """Delete one outbox row (idempotent)."""
+    async def complete_cleanups(self, rows: Sequence[tuple[str, str]]) -> None:
+        """Delete these (workspace, Session) outbox rows in one Host transaction (idempotent;
+        at most :data:`MAX_COMPLETIONS`)."""
         ...
 
     async def deleted_sessions(self, workspace_id: str, cursor: str, limit: int) -> DeletedPage:
@@ -314,12 +318,14 @@ class GrpcHost:
             next_cursor=response.next_cursor,
         )
 
-    async def complete_cleanup(self, workspace_id: str, session_id: str) -> None:
-        """Host ``CompleteResourceCleanup``."""
+    async def complete_cleanups(self, rows: Sequence[tuple[str, str]]) -> None:
+        """Host ``CompleteResourceCleanups``: one transaction for the rows."""
         await self._call(
-            "CompleteResourceCleanup",
-            host_pb2.CompleteResourceCleanupRequest(
-                workspace_id=workspace_id, session_id=session_id
+            "CompleteResourceCleanups",
+            host_pb2.CompleteResourceCleanupsRequest(
+                cleanups=[
+                    host_pb2.ResourceCleanupKey(workspace_id=ws, session_id=sid) for ws, sid in rows
+                ]
             ),
         )
 

@@ -58,6 +58,11 @@ EXPECTED: dict[str, tuple[set[str], WorkspaceSource, bool]] = {
         False,
     ),
     HOST + "CompleteResourceCleanup": ({"service", "admin"}, WorkspaceSource.FIELD, False),
+    HOST + "CompleteResourceCleanups": (
+        {"service", "admin"},
+        WorkspaceSource.OPTIONAL_FIELD,
+        False,
+    ),
     HOST + "GetActivityState": (
         {"device", "service", "admin"},
         WorkspaceSource.OPTIONAL_FIELD,
@@ -159,7 +164,7 @@ def test_every_served_method_is_declared(name: str, tmp_path: Path) -> None:
 @pytest.mark.spec("SEC-3")
 def test_the_suite_declares_every_rpc_of_its_contracts() -> None:
     policies = _policies()
-    assert len(policies) == 56
+    assert len(policies) == 57
     assert set(EXPECTED) <= set(policies)
 
 
@@ -181,6 +186,7 @@ def test_no_device_may_purge_or_clean_up() -> None:
         "PurgeWorkspaceTombstones",
         "ListPendingResourceCleanups",
         "CompleteResourceCleanup",
+        "CompleteResourceCleanups",
     ):
         assert Role.DEVICE not in policies[HOST + method].roles
     assert Role.DEVICE not in policies[MAINTENANCE + "RunManualPurge"].roles

@@ -3721,6 +3721,88 @@ class CompleteResourceCleanupRequest(_message.Message):
 Global___CompleteResourceCleanupRequest: _TypeAlias = CompleteResourceCleanupRequest  # noqa: Y015
 
 @_typing.final
+class ResourceCleanupKey(_message.Message):
+    """ResourceCleanupKey names one resource-cleanup outbox row."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKSPACE_ID_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    workspace_id: _builtins.str
+    """workspace_id of the row."""
+    session_id: _builtins.str
+    """session_id of the row."""
+    def __init__(
+        self,
+        *,
+        workspace_id: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id", "workspace_id", b"workspace_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResourceCleanupKey: _TypeAlias = ResourceCleanupKey  # noqa: Y015
+
+@_typing.final
+class CompleteResourceCleanupsRequest(_message.Message):
+    """CompleteResourceCleanupsRequest names the rows to complete."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKSPACE_ID_FIELD_NUMBER: _builtins.int
+    CLEANUPS_FIELD_NUMBER: _builtins.int
+    workspace_id: _builtins.str
+    """workspace_id, when set, is the one workspace every row must belong to; unset means
+    the rows may span the principal's workspaces.
+    """
+    @_builtins.property
+    def cleanups(self) -> _containers.RepeatedCompositeFieldContainer[Global___ResourceCleanupKey]:
+        """cleanups are the rows, 1 to 1000, each at most once."""
+
+    def __init__(
+        self,
+        *,
+        workspace_id: _builtins.str | None = ...,
+        cleanups: _abc.Iterable[Global___ResourceCleanupKey] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_workspace_id", b"_workspace_id", "workspace_id", b"workspace_id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_workspace_id", b"_workspace_id", "cleanups", b"cleanups", "workspace_id", b"workspace_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__workspace_id: _TypeAlias = _typing.Literal["workspace_id"]  # noqa: Y015
+    _WhichOneofArgType__workspace_id: _TypeAlias = _typing.Literal["_workspace_id", b"_workspace_id"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__workspace_id) -> _WhichOneofReturnType__workspace_id | None: ...
+
+Global___CompleteResourceCleanupsRequest: _TypeAlias = CompleteResourceCleanupsRequest  # noqa: Y015
+
+@_typing.final
+class CompleteResourceCleanupsResponse(_message.Message):
+    """CompleteResourceCleanupsResponse reports each row in request order."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___CompleteResourceCleanupResponse]:
+        """results has one entry per requested row, in request order."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___CompleteResourceCleanupResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteResourceCleanupsResponse: _TypeAlias = CompleteResourceCleanupsResponse  # noqa: Y015
+
+@_typing.final
 class CompleteResourceCleanupResponse(_message.Message):
     """CompleteResourceCleanupResponse is the result of CompleteResourceCleanup."""
 

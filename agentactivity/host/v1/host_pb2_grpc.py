@@ -193,6 +193,11 @@ class HostServiceStub:
                 request_serializer=agentactivity_dot_host_dot_v1_dot_host__pb2.CompleteResourceCleanupRequest.SerializeToString,
                 response_deserializer=agentactivity_dot_host_dot_v1_dot_host__pb2.CompleteResourceCleanupResponse.FromString,
                 _registered_method=True)
+        self.CompleteResourceCleanups = channel.unary_unary(
+                '/agentactivity.host.v1.HostService/CompleteResourceCleanups',
+                request_serializer=agentactivity_dot_host_dot_v1_dot_host__pb2.CompleteResourceCleanupsRequest.SerializeToString,
+                response_deserializer=agentactivity_dot_host_dot_v1_dot_host__pb2.CompleteResourceCleanupsResponse.FromString,
+                _registered_method=True)
         self.GetActivityState = channel.unary_unary(
                 '/agentactivity.host.v1.HostService/GetActivityState',
                 request_serializer=agentactivity_dot_host_dot_v1_dot_host__pb2.GetActivityStateRequest.SerializeToString,
@@ -592,6 +597,17 @@ class HostServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CompleteResourceCleanups(self, request, context):
+        """CompleteResourceCleanups completes up to 1000 outbox rows in one transaction, each
+        exactly as CompleteResourceCleanup does (HOST-CLEAN-1), so a cleanup worker that
+        released many Sessions' resources pays one commit, not one per row. Requires
+        `service` or `admin`; every row's workspace must be within the principal's
+        workspaces (`workspace_id`, when set, must name all of them), else nothing changes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetActivityState(self, request, context):
         """---- Activity (HOST-ACT-1, HOST-OBS-2) ----
 
@@ -824,6 +840,11 @@ def add_HostServiceServicer_to_server(servicer, server):
                     servicer.CompleteResourceCleanup,
                     request_deserializer=agentactivity_dot_host_dot_v1_dot_host__pb2.CompleteResourceCleanupRequest.FromString,
                     response_serializer=agentactivity_dot_host_dot_v1_dot_host__pb2.CompleteResourceCleanupResponse.SerializeToString,
+            ),
+            'CompleteResourceCleanups': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompleteResourceCleanups,
+                    request_deserializer=agentactivity_dot_host_dot_v1_dot_host__pb2.CompleteResourceCleanupsRequest.FromString,
+                    response_serializer=agentactivity_dot_host_dot_v1_dot_host__pb2.CompleteResourceCleanupsResponse.SerializeToString,
             ),
             'GetActivityState': grpc.unary_unary_rpc_method_handler(
                     servicer.GetActivityState,
@@ -1702,6 +1723,33 @@ class HostService:
             '/agentactivity.host.v1.HostService/CompleteResourceCleanup',
             agentactivity_dot_host_dot_v1_dot_host__pb2.CompleteResourceCleanupRequest.SerializeToString,
             agentactivity_dot_host_dot_v1_dot_host__pb2.CompleteResourceCleanupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompleteResourceCleanups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentactivity.host.v1.HostService/CompleteResourceCleanups',
+            agentactivity_dot_host_dot_v1_dot_host__pb2.CompleteResourceCleanupsRequest.SerializeToString,
+            agentactivity_dot_host_dot_v1_dot_host__pb2.CompleteResourceCleanupsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -298,6 +298,13 @@ class HostServiceStub:
     Idempotent: completing a row that no longer exists succeeds. Requires
     `service` or `admin`.
     """
+    CompleteResourceCleanups: _grpc.UnaryUnaryMultiCallable[_host_pb2.CompleteResourceCleanupsRequest, _host_pb2.CompleteResourceCleanupsResponse]
+    """CompleteResourceCleanups completes up to 1000 outbox rows in one transaction, each
+    exactly as CompleteResourceCleanup does (HOST-CLEAN-1), so a cleanup worker that
+    released many Sessions' resources pays one commit, not one per row. Requires
+    `service` or `admin`; every row's workspace must be within the principal's
+    workspaces (`workspace_id`, when set, must name all of them), else nothing changes.
+    """
     GetActivityState: _grpc.UnaryUnaryMultiCallable[_host_pb2.GetActivityStateRequest, _host_pb2.GetActivityStateResponse]
     """---- Activity (HOST-ACT-1, HOST-OBS-2) ----
 
@@ -584,6 +591,13 @@ class HostServiceAsyncStub(HostServiceStub):
     HOST-DEL-11 for that Session id once no other row remains (HOST-CLEAN-1).
     Idempotent: completing a row that no longer exists succeeds. Requires
     `service` or `admin`.
+    """
+    CompleteResourceCleanups: _aio.UnaryUnaryMultiCallable[_host_pb2.CompleteResourceCleanupsRequest, _host_pb2.CompleteResourceCleanupsResponse]  # type: ignore[assignment]
+    """CompleteResourceCleanups completes up to 1000 outbox rows in one transaction, each
+    exactly as CompleteResourceCleanup does (HOST-CLEAN-1), so a cleanup worker that
+    released many Sessions' resources pays one commit, not one per row. Requires
+    `service` or `admin`; every row's workspace must be within the principal's
+    workspaces (`workspace_id`, when set, must name all of them), else nothing changes.
     """
     GetActivityState: _aio.UnaryUnaryMultiCallable[_host_pb2.GetActivityStateRequest, _host_pb2.GetActivityStateResponse]  # type: ignore[assignment]
     """---- Activity (HOST-ACT-1, HOST-OBS-2) ----
@@ -1054,6 +1068,19 @@ class HostServiceServicer(metaclass=_abc_1.ABCMeta):
         HOST-DEL-11 for that Session id once no other row remains (HOST-CLEAN-1).
         Idempotent: completing a row that no longer exists succeeds. Requires
         `service` or `admin`.
+        """
+
+    @_abc_1.abstractmethod
+    def CompleteResourceCleanups(
+        self,
+        request: _host_pb2.CompleteResourceCleanupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_host_pb2.CompleteResourceCleanupsResponse, _abc.Awaitable[_host_pb2.CompleteResourceCleanupsResponse]]:
+        """CompleteResourceCleanups completes up to 1000 outbox rows in one transaction, each
+        exactly as CompleteResourceCleanup does (HOST-CLEAN-1), so a cleanup worker that
+        released many Sessions' resources pays one commit, not one per row. Requires
+        `service` or `admin`; every row's workspace must be within the principal's
+        workspaces (`workspace_id`, when set, must name all of them), else nothing changes.
         """
 
     @_abc_1.abstractmethod

@@ -697,6 +697,18 @@ class DeletionRepository(IdSetStatements):
         ).first()
         return int(result.rowcount) > 0, remaining is None  # type: ignore[attr-defined]
 
+    async def ids_with_pending_cleanup(self, session_ids: set[str]) -> set[str]:
+        """Which of these Session ids still have an outbox row in any workspace."""
+        found: set[str] = set()
+        for chunk in _chunks(sorted(session_ids)):
+            rows = await self._db.execute(
+                select(ResourceCleanupOutbox.session_id)
+                .where(ResourceCleanupOutbox.session_id.in_(chunk))
+                .distinct()
+            )
+            found.update(str(row[0]) for row in rows)
+        return found
+
 
 async def session_records(
     db: AsyncSession, workspace_id: str, session_ids: Sequence[str]

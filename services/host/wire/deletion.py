@@ -6,7 +6,9 @@ from typing import Any
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2
+from domainerrors import PermissionDenied
 from grpcserver.authorization import current_scope
+from grpcserver.errors import clip
 from services.host import cleanup_outbox, deletion, purge, restore
 from services.host.context import HostContext
 from services.host.wire.projection import session_to_proto
@@ -178,4 +180,28 @@ class DeletionRpcs:
         )
         return host_pb2.CompleteResourceCleanupResponse(
             completed=done.completed, fence_lifted=done.fence_lifted
+        )
+
+    async def CompleteResourceCleanups(
+        self, request: host_pb2.CompleteResourceCleanupsRequest, context: Any
+    ) -> host_pb2.CompleteResourceCleanupsResponse:
+        """Complete up to 1000 cleanup rows in one transaction (HOST-CLEAN-1); every row
+        must be in the call's workspaces, else nothing changes."""
+        allowed = current_scope().workspaces
+        rows = [(row.workspace_id, row.session_id) for row in request.cleanups]
+        for index, (workspace_id, _) in enumerate(rows):
+            if allowed is not None and workspace_id and workspace_id not in allowed:
+                raise PermissionDenied(
+                    f"cleanups[{index}] is in a workspace this call may not act in",
+                    reason="WORKSPACE_SCOPE_MISMATCH",
+                    metadata={"workspace_id": clip(workspace_id, 256)},
+                )
+        done = await cleanup_outbox.complete_resource_cleanups(self.ctx, rows)
+        return host_pb2.CompleteResourceCleanupsResponse(
+            results=[
+                host_pb2.CompleteResourceCleanupResponse(
+                    completed=d.completed, fence_lifted=d.fence_lifted
+                )
+                for d in done
+            ]
         )

@@ -14,7 +14,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -95,8 +95,8 @@ class _SlowBatches:
     async def pending_cleanups(self, cursor: str, limit: int) -> PendingPage:
         return await self._inner.pending_cleanups(cursor, limit)
 
-    async def complete_cleanup(self, workspace_id: str, session_id: str) -> None:
-        await self._inner.complete_cleanup(workspace_id, session_id)
+    async def complete_cleanups(self, rows: Sequence[tuple[str, str]]) -> None:
+        await self._inner.complete_cleanups(rows)
 
     async def deleted_sessions(self, workspace_id: str, cursor: str, limit: int) -> DeletedPage:
         return await self._inner.deleted_sessions(workspace_id, cursor, limit)
