@@ -139,12 +139,9 @@ async def complete_resource_cleanups(
         seen.add((workspace_id, session_id))
 
     async def run(scope: DeletionScope) -> list[Completion]:
-        done = [await scope.deletion.complete_cleanup(ws, sid) for ws, sid in rows]
-        # A later row of the same id may have removed the last row an earlier one saw.
+        existed = await scope.deletion.complete_cleanups(rows)
+        # Fences are judged once every row of the call is gone.
         remaining = await scope.deletion.ids_with_pending_cleanup({sid for _, sid in rows})
-        return [
-            Completion(completed, sid not in remaining)
-            for (completed, _), (_, sid) in zip(done, rows, strict=True)
-        ]
+        return [Completion(key in existed, key[1] not in remaining) for key in rows]
 
     return await deletion_runner(ctx.database.engine).run(run)

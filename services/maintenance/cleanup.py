@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from services.maintenance.clock import Clock
 from services.maintenance.host_port import MAX_COMPLETIONS, HostPort, PendingCleanup
 from services.maintenance.metrics import MaintenanceMetrics
-from services.maintenance.records import BackoffPolicy, CleanupAttempt, CleanupAttempts
+from services.maintenance.records import BackoffPolicy, CleanupAttempts
 from session_resources.layout import ResourceLayout
 from session_resources.release import CleanupFacts, ResourceReleaseError, release_resources
 
@@ -95,14 +95,21 @@ class ResourceCleaner:
             await self._attempts.forget(stale)
         now = self._clock.now_ms()
         summary = CleanupPass()
+        due = [
+            (row, known.get((row.workspace_id, row.session_id)))
+            for row in rows
+            if (attempt := known.get((row.workspace_id, row.session_id))) is None
+            or attempt.next_attempt_at_unix_ms <= now
+        ]
+        self._metrics.cleanup_retries += sum(1 for _, previous in due if previous is not None)
+        # The filesystem work of the whole pass in one worker thread (not one hop per row).
+        errors = await asyncio.to_thread(self._release_all, [row for row, _ in due])
         released: list[tuple[str, str]] = []
-        for row in rows:
-            attempt = known.get((row.workspace_id, row.session_id))
-            if attempt is not None and attempt.next_attempt_at_unix_ms > now:
-                continue
-            if await self._release(row, attempt):
+        for (row, _), error in zip(due, errors, strict=True):
+            if error is None:
                 released.append((row.workspace_id, row.session_id))
             else:
+                await self._record_failure(row, error)
                 summary += CleanupPass(attempted=1, failed=1)
         # One Host commit per chunk instead of one per row; if Host fails here the rows stay
         # pending and the next pass releases them again (idempotent) before completing.
@@ -114,32 +121,36 @@ class ResourceCleaner:
         await self._attempts.forget(k for k in released if k in known)
         return summary
 
-    async def _release(self, row: PendingCleanup, previous: CleanupAttempt | None) -> bool:
-        """Release one row's resources; a failure is recorded with backoff (``False``)."""
-        facts = CleanupFacts(
-            workspace_id=row.workspace_id,
-            session_id=row.session_id,
-            id_owned_anywhere=row.id_owned_anywhere,
-            live_owner_in_other_workspace=row.live_owner_in_other_workspace,
+    def _release_all(self, rows: list[PendingCleanup]) -> list[str | None]:
+        """Release each row's resources (in a worker thread); per row ``None`` or the error."""
+        errors: list[str | None] = []
+        for row in rows:
+            facts = CleanupFacts(
+                workspace_id=row.workspace_id,
+                session_id=row.session_id,
+                id_owned_anywhere=row.id_owned_anywhere,
+                live_owner_in_other_workspace=row.live_owner_in_other_workspace,
+            )
+            try:
+                release_resources(self._layout, facts)
+            except (ResourceReleaseError, ValueError) as error:
+                errors.append(str(error))
+            else:
+                errors.append(None)
+        return errors
+
+    async def _record_failure(self, row: PendingCleanup, error: str) -> None:
+        failure = await self._attempts.record_failure(
+            row.workspace_id, row.session_id, error, self._clock.now_ms(), self._backoff
         )
-        if previous is not None:
-            self._metrics.cleanup_retries += 1
-        try:
-            await asyncio.to_thread(release_resources, self._layout, facts)
-        except (ResourceReleaseError, ValueError) as error:
-            failure = await self._attempts.record_failure(
-                row.workspace_id, row.session_id, str(error), self._clock.now_ms(), self._backoff
-            )
-            self._metrics.cleanup_failures += 1
-            _log.warning(
-                "resource cleanup failed; retried after backoff",
-                extra={
-                    "workspace_id": row.workspace_id,
-                    "session_id": row.session_id,
-                    "attempts": failure.attempts,
-                    "next_attempt_at_unix_ms": failure.next_attempt_at_unix_ms,
-                    "error": str(error),
-                },
-            )
-            return False
-        return True
+        self._metrics.cleanup_failures += 1
+        _log.warning(
+            "resource cleanup failed; retried after backoff",
+            extra={
+                "workspace_id": row.workspace_id,
+                "session_id": row.session_id,
+                "attempts": failure.attempts,
+                "next_attempt_at_unix_ms": failure.next_attempt_at_unix_ms,
+                "error": error,
+            },
+        )

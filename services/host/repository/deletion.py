@@ -24,6 +24,7 @@ from sqlalchemy import (
     literal,
     or_,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -696,6 +697,23 @@ class DeletionRepository(IdSetStatements):
             )
         ).first()
         return int(result.rowcount) > 0, remaining is None  # type: ignore[attr-defined]
+
+    async def complete_cleanups(self, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Delete these (workspace, Session) outbox rows; returns the keys that existed."""
+        existed: set[tuple[str, str]] = set()
+        key = tuple_(ResourceCleanupOutbox.workspace_id, ResourceCleanupOutbox.session_id)
+        for start in range(0, len(keys), _CHUNK):
+            chunk = list(keys[start : start + _CHUNK])
+            rows = await self._db.execute(
+                select(ResourceCleanupOutbox.workspace_id, ResourceCleanupOutbox.session_id).where(
+                    key.in_(chunk)
+                )
+            )
+            found = {(str(ws), str(sid)) for ws, sid in rows}
+            if found:
+                await self._db.execute(delete(ResourceCleanupOutbox).where(key.in_(sorted(found))))
+            existed |= found
+        return existed
 
     async def ids_with_pending_cleanup(self, session_ids: set[str]) -> set[str]:
         """Which of these Session ids still have an outbox row in any workspace."""
