@@ -30,11 +30,10 @@ import grpc
 import typer
 from google.protobuf import json_format
 from google.protobuf.message import Message
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agentactivity.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
+from grpcserver.call_errors import call_error
 from grpcserver.channels import sync_channel
 from grpcserver.settings import DEFAULT_PORTS
 from tutti.reference_commands import CliSettings, TokenOption, _fail, _token, cli_settings
@@ -235,22 +234,9 @@ def _run_line(run: maintenance_pb2.MaintenanceRun, now_ms: int) -> str:
 
 def _refusal(error: grpc.RpcError) -> tuple[str, int]:
     """The lines describing a refused call, and the exit code it means."""
-    code = error.code()
-    reason, metadata, retry, fields = "", {}, None, []
-    status = rpc_status.from_call(error)  # type: ignore[arg-type]
-    for detail in status.details if status is not None else ():
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            reason, metadata = info.reason, dict(info.metadata)
-        elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
-            retry_info = error_details_pb2.RetryInfo()
-            detail.Unpack(retry_info)
-            retry = retry_info.retry_delay.ToTimedelta().total_seconds()
-        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
-            fields = [f"{v.field}: {v.description}" for v in bad.field_violations]
+    said = call_error(error)
+    code, reason, metadata, retry = said.code, said.reason, said.metadata, said.retry_after_seconds
+    fields = [f"{v.field}: {v.description}" for v in said.field_violations]
     message = " ".join(str(error.details()).split())
     head = f"{code.name}{f' ({reason})' if reason else ''}: {message}"
     lines = [head, *(f"  {field}" for field in fields)]

@@ -27,13 +27,12 @@ import grpc
 import typer
 import yaml
 from google.protobuf import json_format
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 from pydantic import SecretStr
 
 from agentactivity.appcenter.v1 import appcenter_pb2, appcenter_pb2_grpc
 from agentactivity.issuemanager.v1 import issuemanager_pb2, issuemanager_pb2_grpc
 from agentactivity.refresolve.v1 import refresolve_pb2, refresolve_pb2_grpc
+from grpcserver.call_errors import call_error
 from grpcserver.channels import sync_channel
 from grpcserver.settings import DEFAULT_PORTS, ServerSettings
 from tutti.suite_record import find_running_suite
@@ -126,15 +125,9 @@ def _workspace(settings: CliSettings, option: str | None) -> str:
 
 
 def _describe(error: grpc.RpcError) -> str:
-    code = error.code().name
-    reason = ""
-    status = rpc_status.from_call(error)  # type: ignore[arg-type]
-    for detail in status.details if status is not None else ():
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            reason = f" ({info.reason})"
-    return f"{code}{reason}: {error.details()}"
+    said = call_error(error)
+    reason = f" ({said.reason})" if said.reason else ""
+    return f"{said.code.name}{reason}: {said.message}"
 
 
 WorkspaceOption = Annotated[

@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import grpc
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import activity_pb2, host_pb2, host_pb2_grpc
+from grpcserver.call_errors import call_error
 from grpcserver.channels import aio_channel
 from grpcserver.settings import ServerSettings
 
@@ -121,13 +120,7 @@ def interaction_root(
 
 
 def _reason(error: grpc.aio.AioRpcError) -> str:
-    status = rpc_status.from_call(error)  # type: ignore[arg-type]
-    for detail in status.details if status is not None else ():
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            return str(info.reason)
-    return ""
+    return call_error(error).reason
 
 
 class HostActivitySource:

@@ -20,16 +20,15 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import grpc
-from google.rpc import error_details_pb2, status_pb2
 
 from agentactivity.host.v1 import host_pb2, host_pb2_grpc
 from domainerrors import (
     DomainError,
     FailedPrecondition,
-    FieldViolation,
     InvalidArgument,
     NotFound,
 )
+from grpcserver.call_errors import call_error
 from grpcserver.channels import aio_channel
 from grpcserver.settings import ServerSettings
 
@@ -47,7 +46,6 @@ __all__ = [
     "WorkspacePurge",
 ]
 
-_STATUS_DETAILS_KEY = "grpc-status-details-bin"
 MAX_COMPLETIONS = 1000
 """Rows one ``CompleteResourceCleanups`` call may complete (Host's bound)."""
 _PASSED_THROUGH: dict[grpc.StatusCode, type[DomainError]] = {
@@ -179,38 +177,22 @@ class HostPort(Protocol):
         ...
 
 
-def _status(error: grpc.aio.AioRpcError) -> status_pb2.Status | None:
-    # grpc_status's aio helper does not accept a caught AioRpcError (STYLE "Errors").
-    for key, value in error.trailing_metadata() or ():
-        if key == _STATUS_DETAILS_KEY and isinstance(value, bytes):
-            return status_pb2.Status.FromString(value)
-    return None
-
-
 def _passed_through(error: grpc.aio.AioRpcError) -> DomainError | None:
     """Host's typed refusal as the same domain error (code, reason, metadata, fields)."""
     kind = _PASSED_THROUGH.get(error.code())
     if kind is None:
         return None
-    reason: str | None = None
-    metadata: dict[str, str] = {}
-    violations: list[FieldViolation] = []
-    status = _status(error)
-    for detail in status.details if status is not None else ():
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            reason, metadata = info.reason, dict(info.metadata)
-        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
-            violations = [FieldViolation(v.field, v.description) for v in bad.field_violations]
-    message = error.details() or error.code().name
+    said = call_error(error)
+    message = said.message or said.code.name
+    reason = said.reason or None
     if kind is InvalidArgument:
         return InvalidArgument(
-            message, field_violations=violations, reason=reason, metadata=metadata
+            message,
+            field_violations=said.field_violations,
+            reason=reason,
+            metadata=said.metadata,
         )
-    refusal: DomainError = kind(message, reason=reason, metadata=metadata)
+    refusal: DomainError = kind(message, reason=reason, metadata=said.metadata)
     return refusal
 
 

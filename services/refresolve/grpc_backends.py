@@ -17,11 +17,11 @@ import logging
 from typing import Any
 
 import grpc
-from google.rpc import error_details_pb2, status_pb2
 
 from agentactivity.appcenter.v1 import appcenter_pb2, appcenter_pb2_grpc
 from agentactivity.issuemanager.v1 import issuemanager_pb2, issuemanager_pb2_grpc
 from domainerrors import DeadlineExceeded, DomainError, NotFound, PermissionDenied, Unavailable
+from grpcserver.call_errors import call_error
 from grpcserver.channels import aio_channel
 from grpcserver.settings import ServerSettings
 from services.refresolve.backends import AppPage, Deadline, IssueOutputs, TopicPage
@@ -32,21 +32,10 @@ __all__ = ["GrpcReferenceBackends"]
 log = logging.getLogger(__name__)
 
 _RETRY_AFTER_SECONDS = 1.0
-_STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
 
 def _reason(error: grpc.aio.AioRpcError) -> str | None:
-    # grpc_status.rpc_status's aio helper does not accept a caught AioRpcError (STYLE
-    # "Errors"), so read the google.rpc.Status trailer directly.
-    for key, value in error.trailing_metadata() or ():
-        if key == _STATUS_DETAILS_KEY and isinstance(value, bytes):
-            status = status_pb2.Status.FromString(value)
-            for detail in status.details:
-                if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-                    info = error_details_pb2.ErrorInfo()
-                    detail.Unpack(info)
-                    return str(info.reason)
-    return None
+    return call_error(error).reason or None
 
 
 def _domain_error(backend: str, error: grpc.aio.AioRpcError, deadline: Deadline) -> DomainError:

@@ -10,6 +10,7 @@ from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2
 from grpc_status import rpc_status
 
+from agentactivity.host.v1 import host_pb2, host_pb2_grpc
 from agentactivity.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
 from agentactivity.refresolve.v1 import refresolve_pb2, refresolve_pb2_grpc
 from grpcserver.probes import check_health, list_services
@@ -103,11 +104,15 @@ def test_missing_workspace_is_invalid_argument_with_a_field_violation(
 
 
 @pytest.mark.spec("CON-5")
-def test_unbuilt_rpc_is_unimplemented_for_an_authorized_caller(maintenance: LiveServer) -> None:
-    stub = maintenance_pb2_grpc.MaintenanceServiceStub(maintenance.channel)
+def test_unbuilt_rpc_is_unimplemented_for_an_authorized_caller(
+    live_server: Callable[..., LiveServer], migrated_db_url: str
+) -> None:
+    # ForkSession is a second-phase RPC of the contract that this build does not serve.
+    host = live_server("host", database_url=migrated_db_url)
+    stub = host_pb2_grpc.HostServiceStub(host.channel)
     with pytest.raises(grpc.RpcError) as raised:
-        stub.RunManualPurge(
-            maintenance_pb2.RunManualPurgeRequest(workspace_id="ws-1"),
+        stub.ForkSession(
+            host_pb2.ForkSessionRequest(workspace_id="ws-1", session_id="s-1"),
             metadata=auth_metadata("admin"),
             timeout=5,
         )
