@@ -17,6 +17,8 @@ from tutti.local_auth import ensure_local_credentials
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PRINCIPALS = FIXTURES / "principals.yaml"
+RETENTION = FIXTURES / "maintenance" / "retention.yaml"
+"""One fixture file whose principals are admin and two devices."""
 
 
 def _tutti(*args: str) -> subprocess.CompletedProcess[str]:
@@ -34,7 +36,7 @@ def test_a_missing_token_is_one_line_naming_the_principals() -> None:
     result = _tutti(
         "conformance",
         "run",
-        str(FIXTURES / "maintenance"),
+        str(RETENTION),
         "--address",
         "maintenance=127.0.0.1:1",  # never dialled: the tokens are checked first
         "--token",
@@ -50,7 +52,7 @@ def test_a_missing_token_is_one_line_naming_the_principals() -> None:
 
 @pytest.mark.spec("CON-3")
 def test_replay_refuses_before_any_step_without_a_token() -> None:
-    (fixture,) = load_fixtures([FIXTURES / "maintenance"])
+    (fixture,) = load_fixtures([RETENTION])
     assert fixture.principals == {"admin", "ws1-device", "ws2-device"}
     with grpc.insecure_channel("127.0.0.1:1") as channel, pytest.raises(MissingTokenError) as err:
         replay(fixture, channel, {"admin": "x"})
