@@ -353,6 +353,18 @@ HOST_RPCS = [
         Ws.FIELD,
         _req(host_pb2.CompleteResourceCleanupRequest, session_id="s-gone"),
     ),
+    _host(
+        "CompleteResourceCleanups",
+        OPS,
+        Ws.OPTIONAL,
+        # The rows name the call's workspace, or the own one when it is unset.
+        lambda ws: host_pb2.CompleteResourceCleanupsRequest(
+            **_ws(
+                ws,
+                cleanups=[host_pb2.ResourceCleanupKey(workspace_id=ws or OWN, session_id="s-gone")],
+            )
+        ),
+    ),
     _host("GetActivityState", ALL, Ws.OPTIONAL, _req(host_pb2.GetActivityStateRequest)),
     _host(
         "WatchActivity", OPS, Ws.FIELD, _req(host_pb2.WatchActivityRequest), shape="server_stream"
@@ -871,8 +883,8 @@ def test_the_hand_written_matrix_is_the_declared_table() -> None:
         assert policy.deployment_wide is rpc.wide_only, rpc.path
         if rpc.workspace in (Ws.FIELD, Ws.OPTIONAL, Ws.FIRST):
             assert policy.field == rpc.field, rpc.path
-    assert len(RPCS) == 56
-    assert CASES_PER_BACKEND == 1014
+    assert len(RPCS) == 57
+    assert CASES_PER_BACKEND == 1033
 
 
 def _by_server(server: str) -> Iterator[Case]:
