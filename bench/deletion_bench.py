@@ -40,8 +40,8 @@ from sqlalchemy import create_engine, insert, text
 from sqlalchemy.pool import NullPool
 
 from bench.stats import Summary, summarize, write_results
-from services.host import deletion, purge, restore
 from services.host.context import HostContext
+from services.host.deletion import delete, purge, restore
 from services.host.repository.deletion import DeletedListingQuery, DeletionRepository
 from store import migrate
 from store.database import Database
@@ -252,7 +252,7 @@ async def bench_delete_restore(url: str, rounds: int) -> dict[str, Any]:
         ctx = HostContext(database=database)
         for _ in range(rounds):
             started = time.perf_counter()
-            result = await deletion.delete_sessions(ctx, WS, [root])
+            result = await delete.delete_sessions(ctx, WS, [root])
             deletes.append((time.perf_counter() - started) * 1000)
             assert len(result.deleted) == 5_000
             started = time.perf_counter()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from agentactivity.host.v1 import host_pb2, host_pb2_grpc, runtime_pb2, runtime_pb2_grpc
 from grpcserver.app import ServiceDefinition, definition_for
-from services.host.activity_feed import ActivityFeed, FeedSettings
+from services.host.activity.feed import ActivityFeed, FeedSettings
 from services.host.authorization import AUTHORIZATION
 from services.host.context import HostContext
-from services.host.live_settings import LinkedRuntimeSettings
-from services.host.runtime_link import MAX_REPORT_BYTES
+from services.host.runtime.link import MAX_REPORT_BYTES
+from services.host.runtime.live_settings import LinkedRuntimeSettings
 from services.host.servicer import HostServicer, RuntimeLinkServicer
 from services.host.settings import Settings
 from services.host.wire.activity_codec import ProtoEventCodec

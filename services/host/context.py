@@ -6,10 +6,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from services.host.activity_feed import ActivityFeed
-from services.host.lanes import MutationLanes
-from services.host.runtime_registry import RuntimeRegistry
-from services.host.runtime_settings import DetachedRuntimeSettings, RuntimeSettingsPort
+from services.host.activity.feed import ActivityFeed
+from services.host.model.mutation_lanes import MutationLanes
+from services.host.runtime.registry import RuntimeRegistry
+from services.host.runtime.settings_port import DetachedRuntimeSettings, RuntimeSettingsPort
 from store.database import Database
 
 

@@ -20,7 +20,7 @@ from sqlalchemy import Engine, event, func, insert, select
 
 from agentactivity.host.v1 import host_pb2
 from domainerrors import OutOfRange
-from services.host.activity_feed import ActivityFeed, FeedSettings, WatchReady, watch_activity
+from services.host.activity.feed import ActivityFeed, FeedSettings, WatchReady, watch_activity
 from store import migrate
 from store.database import Database
 from store.engine import create_sync_engine_for

@@ -9,10 +9,10 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from domainerrors import ResourceExhausted
-from services.host.activity_broker import CommittedBatch, LiveDelta
-from services.host.activity_events import MessageDelta
-from services.host.activity_feed import ActivityFeed, FeedSettings, WatchReady, watch_activity
-from services.host.activity_log import note_session_changed
+from services.host.activity.broker import CommittedBatch, LiveDelta
+from services.host.activity.event_log import note_session_changed
+from services.host.activity.events import MessageDelta
+from services.host.activity.feed import ActivityFeed, FeedSettings, WatchReady, watch_activity
 from services.host.wire.activity_codec import ProtoEventCodec
 from store.database import Database
 from store.models import ActivityEvent

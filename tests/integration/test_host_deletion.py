@@ -15,8 +15,9 @@ from sqlalchemy import Engine, update
 
 from agentactivity.host.v1 import activity_pb2, host_pb2
 from domainerrors import Aborted
-from services.host import deletion, purge, restore
 from services.host.context import HostContext
+from services.host.deletion import delete as deletion
+from services.host.deletion import purge, restore
 from store.database import Database
 from store.legacy_tombstones import mark_legacy_tombstones
 from store.models import Interaction, Message, Session, Turn

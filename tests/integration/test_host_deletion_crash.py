@@ -196,7 +196,9 @@ def test_a_purge_killed_midway_leaves_every_tree_whole_or_gone(
 ) -> None:
     _seed(engine, deleted=True)
     # The purge's second write transaction is held open: the first one has committed.
-    process, address = _start(tmp_path, migrated_db_url, pause_in=("services.host.purge", 2))
+    process, address = _start(
+        tmp_path, migrated_db_url, pause_in=("services.host.deletion.purge", 2)
+    )
     try:
         _call_in_background(
             address,
@@ -232,7 +234,9 @@ def test_a_batch_delete_killed_midway_is_all_or_nothing(
 ) -> None:
     _seed(engine, deleted=False)
     # DeleteSessions' write transaction (its only one) is held open just before its commit.
-    process, address = _start(tmp_path, migrated_db_url, pause_in=("services.host.deletion", 1))
+    process, address = _start(
+        tmp_path, migrated_db_url, pause_in=("services.host.deletion.delete", 1)
+    )
     try:
         _call_in_background(
             address,

@@ -3,7 +3,7 @@
 Hypothesis grows random Session forests (roots and children of live Sessions), and applies
 random batch deletes, restores, retention purges, manual workspace purges and legacy
 tombstones through the domain on both backends. After every step the store must equal a
-small reference model written independently of ``services.host.deletion``: which Sessions
+small reference model written independently of ``services.host.deletion.delete``: which Sessions
 exist, which are tombstoned, and for tombstones the ``deleted_at``, legacy flag, component
 size and the partition of tombstones into generations.
 """
@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from domainerrors import FailedPrecondition
-from services.host import deletion, purge, restore
 from services.host.context import HostContext
+from services.host.deletion import delete as deletion
+from services.host.deletion import purge, restore
 from store.database import Database
 from store.engine import create_sync_engine_for
 from store.legacy_tombstones import mark_legacy_tombstones

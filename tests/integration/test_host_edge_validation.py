@@ -27,8 +27,8 @@ from sqlalchemy import Engine, insert
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import activity_pb2, host_pb2, runtime_pb2
-from services.host import runtime_link
-from services.host.session_listing import MAX_SEARCH_LENGTH
+from services.host.runtime import link
+from services.host.sessions.listing import MAX_SEARCH_LENGTH
 from store.engine import create_sync_engine_for
 from store.models import ActivityEvent
 from tests.integration.host_activity import DEVICE, PROVIDER, TARGET_ID, WS, start_host
@@ -222,7 +222,7 @@ def test_a_report_with_an_unknown_enum_or_nul_is_rejected_and_the_link_stays_up(
     result = runtime.report(
         WS, "s1", "r-bad", _patch(title="fine"), tool, phase, _patch(title="a\x00b")
     )
-    assert (result.outcome, result.reason) == (REJECTED, runtime_link.INVALID_FIELD_VALUE)
+    assert (result.outcome, result.reason) == (REJECTED, link.INVALID_FIELD_VALUE)
     assert [r.index for r in result.item_results] == [1, 2, 3]
     assert "items[1].message_snapshot.tool_call.steps[0].phase" in result.item_results[0].message
     assert "items[2].turn_patch.phase" in result.item_results[1].message
@@ -270,8 +270,8 @@ def test_a_report_never_clears_the_target_and_names_only_a_registered_one(
     before = snapshot(engine, WS, ["s1", "child"])
     for number, (target, reason) in enumerate(
         [
-            ("nope", runtime_link.UNKNOWN_AGENT_TARGET),
-            ("other-provider-target", runtime_link.AGENT_TARGET_PROVIDER_MISMATCH),
+            ("nope", link.UNKNOWN_AGENT_TARGET),
+            ("other-provider-target", link.AGENT_TARGET_PROVIDER_MISMATCH),
         ]
     ):
         for session_id, patch in (

@@ -21,16 +21,17 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from sqlalchemy import insert, select
 
 from domainerrors import DomainError
-from services.host import interactions, runtime_link
 from services.host.context import HostContext
-from services.host.interactions import DispositionInput, ResponseRequest, TransitionInput
-from services.host.runtime_registry import RuntimeIdentity
-from services.host.runtime_reports import (
+from services.host.runtime import link
+from services.host.runtime.registry import RuntimeIdentity
+from services.host.runtime.reports import (
     ReportItem,
     ReportVerdict,
     RuntimeReportInput,
     TurnPatchItem,
 )
+from services.host.turns import interactions
+from services.host.turns.interactions import DispositionInput, ResponseRequest, TransitionInput
 from store.database import Database
 from store.models import Interaction, InteractionResponseOperation, Session, Turn
 
@@ -75,7 +76,7 @@ def _machine(url: str) -> type[RuleBasedStateMachine]:
 
         async def _report(self, *items: ReportItem) -> ReportVerdict:
             self.reports += 1
-            return await runtime_link.apply_report(
+            return await link.apply_report(
                 self.ctx,
                 IDENTITY,
                 RuntimeReportInput(f"r{self.reports}", "ws-1", self.session_id, tuple(items)),
@@ -176,7 +177,7 @@ def _machine(url: str) -> type[RuleBasedStateMachine]:
 
         @rule()
         def lose_runtime(self) -> None:
-            self.run(runtime_link.runtime_lost(self.ctx, IDENTITY, include_served_by_others=True))
+            self.run(link.runtime_lost(self.ctx, IDENTITY, include_served_by_others=True))
 
         @invariant()
         def statuses_only_move_forward(self) -> None:

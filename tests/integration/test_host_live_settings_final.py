@@ -21,12 +21,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2, runtime_pb2
-from services.host import runtime_link
 from services.host.context import HostContext
-from services.host.live_settings import LinkedRuntimeSettings
-from services.host.records import Capabilities, SessionSettingsValue
-from services.host.runtime_registry import CommandAck, RuntimeIdentity, RuntimeLinkHandle
-from services.host.runtime_settings import RuntimeSettingsOutcome
+from services.host.model.records import Capabilities, SessionSettingsValue
+from services.host.runtime import link as runtime_link
+from services.host.runtime.live_settings import LinkedRuntimeSettings
+from services.host.runtime.registry import CommandAck, RuntimeIdentity, RuntimeLinkHandle
+from services.host.runtime.settings_port import RuntimeSettingsOutcome
 from store.database import Database
 from store.engine import _WRITE_GATES
 from store.models import RuntimeCommandOutbox

@@ -19,11 +19,9 @@ from typing import TypeVar
 
 import pytest
 
-from services.host import sessions, targets, turns
-from services.host.activity_store import ActivityRepositories, activity_runner
 from services.host.context import HostContext
-from services.host.lanes import MutationLanes, SessionKey
-from services.host.records import (
+from services.host.model.mutation_lanes import MutationLanes, SessionKey
+from services.host.model.records import (
     AgentTargetRecord,
     Capabilities,
     LaunchRef,
@@ -31,8 +29,11 @@ from services.host.records import (
     SessionSettingsValue,
     SettingsCatalog,
 )
-from services.host.runtime_registry import RuntimeIdentity, RuntimeLinkHandle
-from services.host.runtime_settings import RuntimeSettingsOutcome
+from services.host.repository.activity_scope import ActivityRepositories, activity_runner
+from services.host.runtime.registry import RuntimeIdentity, RuntimeLinkHandle
+from services.host.runtime.settings_port import RuntimeSettingsOutcome
+from services.host.sessions import commands, targets
+from services.host.turns import stop_and_list
 from store.database import Database
 
 T = TypeVar("T")
@@ -142,9 +143,9 @@ class RecordingRuntime:
         label = settings.model or "?"
         assert self.ctx is not None
         self.events.append(("enter", label))
-        before = await sessions.read_live_session(self.ctx, workspace_id, session_id)
+        before = await commands.read_live_session(self.ctx, workspace_id, session_id)
         await self.gate(label).pass_through()  # a slow runtime: others must wait in the lane
-        after = await sessions.read_live_session(self.ctx, workspace_id, session_id)
+        after = await commands.read_live_session(self.ctx, workspace_id, session_id)
         self.titles.append((before.title, after.title))
         self.events.append(("exit", label))
         return RuntimeSettingsOutcome("applied")
@@ -169,15 +170,15 @@ async def _scenario(url: str) -> RecordingRuntime:
                 ),
             ),
         )
-        await sessions.create_session(
+        await commands.create_session(
             ctx,
-            sessions.CreateSessionCommand(
+            commands.CreateSessionCommand(
                 workspace_id="ws-1", agent_target_id="demo", cwd="/w", session_id="s-1"
             ),
         )
 
         async def settings(model: str) -> None:
-            await sessions.update_session_settings(
+            await commands.update_session_settings(
                 ctx, "ws-1", "s-1", SessionSettingsValue(model=model), ctx.runtime_settings
             )
 
@@ -186,7 +187,7 @@ async def _scenario(url: str) -> RecordingRuntime:
         # "b" and then a rename arrive while "a" holds the lane: both queue, in that order.
         second = asyncio.create_task(settings("b"))
         await lanes.until_waiting(*SESSION, 1)
-        rename = asyncio.create_task(sessions.rename_session(ctx, *SESSION, "renamed"))
+        rename = asyncio.create_task(commands.rename_session(ctx, *SESSION, "renamed"))
         await lanes.until_waiting(*SESSION, 2)
         assert runtime.events == [("enter", "a")]
         assert not second.done()
@@ -216,7 +217,7 @@ def test_concurrent_mutations_of_one_session_never_interleave(migrated_db_url: s
 
 @pytest.mark.spec("HOST-LANE-1")
 def test_lanes_of_different_sessions_do_not_block_each_other() -> None:
-    from services.host.lanes import MutationLanes
+    from services.host.model.mutation_lanes import MutationLanes
 
     lanes = MutationLanes()
     order: list[str] = []
@@ -309,26 +310,26 @@ async def _settings_vs_stop(url: str, *, stop_first: bool) -> TurnWatchingRuntim
                 ),
             ),
         )
-        created = await sessions.create_session(
+        created = await commands.create_session(
             ctx,
-            sessions.CreateSessionCommand(
+            commands.CreateSessionCommand(
                 workspace_id="ws-1",
                 agent_target_id="demo",
                 cwd="/w",
                 session_id="s-1",
-                initial_input=sessions.InitialInput("c1", "hello"),
+                initial_input=commands.InitialInput("c1", "hello"),
             ),
         )
         assert created.first_turn is not None
         runtime.turn_id = created.first_turn.turn.turn_id
 
         async def settings() -> None:
-            await sessions.update_session_settings(
+            await commands.update_session_settings(
                 ctx, "ws-1", "s-1", SessionSettingsValue(model="b"), ctx.runtime_settings
             )
 
         async def stop() -> None:
-            await turns.stop_turn(ctx, "ws-1", "s-1", runtime.turn_id)
+            await stop_and_list.stop_turn(ctx, "ws-1", "s-1", runtime.turn_id)
             runtime.events.append("stop:committed")
 
         if stop_first:

@@ -15,9 +15,10 @@ from typing import Any, TypeVar
 import pytest
 from sqlalchemy import Engine, func, select, update
 
-from services.host import deletion, purge, restore
 from services.host.context import HostContext
-from services.host.deletion import Forest
+from services.host.deletion import delete as deletion
+from services.host.deletion import purge, restore
+from services.host.deletion.delete import Forest
 from services.host.repository.deletion_scope import DeletionScope, deletion_runner
 from store.database import Database
 from store.legacy_tombstones import mark_legacy_tombstones

@@ -17,7 +17,7 @@ import pytest
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2, runtime_pb2
-from services.host.runtime_registry import RuntimeRegistry
+from services.host.runtime.registry import RuntimeRegistry
 from tests.integration.host_activity import DEVICE, WS, error_reason, start_host
 from tests.support.runtime_client import interaction, text_message, turn_patch
 from tests.support.servers import LiveServer

@@ -18,7 +18,8 @@ from sqlalchemy import Engine
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2, runtime_pb2
-from services.host import messages, runtime_link
+from services.host.runtime import link
+from services.host.turns import messages
 from store.engine import create_sync_engine_for
 from tests.integration.host_activity import DEVICE, TARGET_ID, WS, HostUnderTest, start_host
 from tests.support.host_sessions import error_of
@@ -207,7 +208,7 @@ def test_every_report_item_for_a_tombstone_is_rejected_and_changes_nothing(
             sent += 1
             result = runtime.report(WS, session_id, f"r-{sent}", *items)
             _assert_rejected_whole(
-                result, runtime_link.SESSION_DELETED, len(items), f"{session_id}: {label}"
+                result, link.SESSION_DELETED, len(items), f"{session_id}: {label}"
             )
     # The ScriptedRuntime is still linked: a tombstone's reports never end the link.
     assert runtime.error is None
@@ -254,7 +255,7 @@ def test_a_report_never_recreates_a_purged_id_while_its_cleanup_is_pending(
     for session_id in ("s1", "c1"):
         for number, items in enumerate(creations):
             result = runtime.report(WS, session_id, f"r-{session_id}-{number}", *items)
-            _assert_rejected_whole(result, runtime_link.SESSION_PURGED, len(items), session_id)
+            _assert_rejected_whole(result, link.SESSION_PURGED, len(items), session_id)
     assert runtime.error is None
     assert snapshot(engine, WS, ["s1", "c1", "live"]) == before
     assert session_ids(engine, WS) == {"live"}
@@ -271,7 +272,7 @@ def test_a_report_never_recreates_a_purged_id_while_its_cleanup_is_pending(
     elsewhere = runtime.report(
         "ws-2", "c1", "r-ws2", session_patch(parent_session_id="live", title="x")
     )
-    assert elsewhere.reason == runtime_link.SESSION_PURGED
+    assert elsewhere.reason == link.SESSION_PURGED
     # Completing the cleanup lifts the fence: the runtime may now create the child.
     host.stub.CompleteResourceCleanup(
         host_pb2.CompleteResourceCleanupRequest(workspace_id=WS, session_id="c1"), metadata=ADMIN

@@ -19,8 +19,8 @@ from sqlalchemy import Engine, event, select
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2, runtime_pb2
 from domainerrors import Aborted
-from services.host import deletion
 from services.host.context import HostContext
+from services.host.deletion import delete
 from store.database import Database
 from store.models import Interaction, RuntimeCommandOutbox
 from tests.integration.host_activity import DEVICE, TARGET_ID, WS, HostUnderTest, start_host
@@ -226,13 +226,13 @@ def test_a_delete_that_does_not_commit_releases_nothing(
         await database.start()
         try:
             ctx = HostContext(database=database)
-            plan = await deletion.make_plan(ctx, WS, ["r"])
+            plan = await delete.make_plan(ctx, WS, ["r"])
             add_tree(sync_engine, {"late": "a"})
             with pytest.raises(Aborted):
-                await deletion.commit_plan(ctx, plan)
+                await delete.commit_plan(ctx, plan)
             stale = [c for c in commands(sync_engine) if c[1] == "release_session"]
             assert stale == []  # the stale plan rolled back with nothing written
-            await deletion.delete_sessions(ctx, WS, ["r"])
+            await delete.delete_sessions(ctx, WS, ["r"])
             return [c for c in commands(sync_engine) if c[1] == "release_session"]
         finally:
             await database.stop()

@@ -37,7 +37,7 @@ from sqlalchemy import Engine, select
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2, host_pb2_grpc, runtime_pb2
-from services.host import runtime_link
+from services.host.runtime import link
 from store.engine import create_sync_engine_for
 from store.models import ResourceCleanupOutbox, Session
 from tests.integration.host_activity import TARGET_ID, start_host
@@ -203,14 +203,14 @@ def _machine(
                 seen.tombstone_reports += 1
                 assert (result.outcome, result.reason) == (
                     REJECTED,
-                    runtime_link.SESSION_DELETED,
+                    link.SESSION_DELETED,
                 ), result
                 assert len(result.item_results) == len(items)
             elif sid in before.fenced:
                 seen.fenced_reports += 1
                 assert (result.outcome, result.reason) == (
                     REJECTED,
-                    runtime_link.SESSION_PURGED,
+                    link.SESSION_PURGED,
                 ), result
             after = self.state()
             assert snapshot(engine, self.ws, before.tombstones, events=refused) == tombstones

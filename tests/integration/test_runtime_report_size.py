@@ -15,7 +15,7 @@ import pytest
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import runtime_pb2
 from services.host.app import RECEIVE_LIMIT_BYTES
-from services.host.runtime_link import MAX_REPORT_BYTES
+from services.host.runtime.link import MAX_REPORT_BYTES
 from tests.integration.host_activity import WS, start_host
 from tests.support.runtime_client import text_message, turn_patch
 from tests.support.servers import LiveServer

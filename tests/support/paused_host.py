@@ -1,12 +1,12 @@
 """``tutti serve host`` with one write transaction held open just before its commit.
 
 Run as ``python -m tests.support.paused_host SIGNAL_FILE MODULE ORDINAL <tutti arguments>``
-(for example ``... services.host.deletion 1 serve host --port-file PORT``). Crash tests use it
-to SIGKILL a Host *inside* a transaction instead of guessing when one is open.
+(for example ``... services.host.deletion.delete 1 serve host --port-file PORT``). Crash tests
+use it to SIGKILL a Host *inside* a transaction instead of guessing when one is open.
 
 The hook is installed by this test-only entry point, not by production code: it replaces
-``deletion_runner`` in ``MODULE`` (``services.host.deletion`` for ``DeleteSessions``,
-``services.host.purge`` for the purge) with a runner that counts that module's write
+``deletion_runner`` in ``MODULE`` (``services.host.deletion.delete`` for ``DeleteSessions``,
+``services.host.deletion.purge`` for the purge) with a runner that counts that module's write
 transactions. When the command body of the ``ORDINAL``-th one has returned, it enlists one
 more participant (``store.transactions.UnitOfWork.enlist``), which runs inside the open
 transaction, after every write of the body and of the participants the body enlisted:

@@ -15,7 +15,7 @@ from grpcserver.request_checks import (
     mapped_enum,
     request_violations,
 )
-from services.host.activity_events import MessageUpdate
+from services.host.activity.events import MessageUpdate
 from services.host.wire.activity_codec import ProtoEventCodec
 from services.host.wire.runtime_codec import report_from_proto
 from store.integrity import store_refusal

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from domainerrors import InvalidArgument
-from services.host.session_cursor import CursorPosition, decode_cursor, encode_cursor
+from services.host.model.listing_cursors import CursorPosition, decode_cursor, encode_cursor
 
 
 @pytest.mark.spec("HOST-SES-4")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from domainerrors import InvalidArgument
-from services.host.records import ModelOption, SessionSettingsValue, SettingsCatalog
-from services.host.session_settings import merge_settings
+from services.host.model.records import ModelOption, SessionSettingsValue, SettingsCatalog
+from services.host.sessions.settings_catalog import merge_settings
 
 CATALOG = SettingsCatalog(
     models=(

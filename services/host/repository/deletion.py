@@ -5,7 +5,7 @@ enormous statement: on SQLite ``_CHUNK`` ids per ``IN`` list; on Postgres the id
 ``text[]`` parameter (``= ANY(:ids)``, ``_ARRAY_CHUNK`` per statement; why:
 ``repository.id_sets``). The retention purge's component statements are in ``repository.purge``.
 Tree shape is read as :class:`TreeRow` values — the columns the deletion rules need and nothing
-else — and the rules themselves live in ``services.host.deletion``.
+else — and the rules themselves live in ``services.host.deletion.delete``.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute, aliased
 
-from services.host import activity_log
-from services.host.activity_store.runtime_commands import SessionRoute
-from services.host.records import SessionRecord
+from services.host.activity import event_log
+from services.host.model.records import SessionRecord
+from services.host.repository.command_rows import SessionRoute
 from services.host.repository.id_sets import IdSetStatements
 from services.host.repository.sessions import session_record
 from store.models import (
@@ -414,7 +414,7 @@ class DeletionRepository(IdSetStatements):
         self, workspace_id: str, session_id: str, generation: str, deleted_at_unix_ms: int
     ) -> None:
         """Have the activity log write ``session_deleted`` in this transaction (HOST-DEL-6)."""
-        activity_log.note_session_deleted(
+        event_log.note_session_deleted(
             self._db,
             workspace_id,
             session_id,
@@ -424,9 +424,7 @@ class DeletionRepository(IdSetStatements):
 
     def note_restored(self, workspace_id: str, session_id: str, generation: str) -> None:
         """Have the activity log write ``session_restored`` in this transaction (HOST-DEL-8)."""
-        activity_log.note_session_restored(
-            self._db, workspace_id, session_id, generation=generation
-        )
+        event_log.note_session_restored(self._db, workspace_id, session_id, generation=generation)
 
     # ------------------------------------------------------------------------- listing
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from services.host.activity_store import ActivityRepositories
+from services.host.repository.activity_scope import ActivityRepositories
 from services.host.repository.deletion import DeletionRepository
 from services.host.repository.purge import PurgeRepository
 from services.host.repository.sessions import SessionRepository

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sqlalchemy import delete, insert, select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from services.host.repository.inserts import insert_if_absent
 from store.models import Session, UserProject
 
 __all__ = ["ProjectRecord", "ProjectRepository"]
@@ -69,21 +69,17 @@ class ProjectRepository:
 
     async def insert(self, project: ProjectRecord) -> bool:
         """Insert a project; ``False`` when the key is already taken."""
-        try:
-            async with self._session.begin_nested():
-                await self._session.execute(
-                    insert(UserProject).values(
-                        workspace_id=project.workspace_id,
-                        project_key=project.section_key,
-                        label=project.label,
-                        path=project.path,
-                        created_at_unix_ms=project.created_at_unix_ms,
-                        updated_at_unix_ms=project.created_at_unix_ms,
-                    )
-                )
-        except IntegrityError:
-            return False
-        return True
+        return await insert_if_absent(
+            self._session,
+            insert(UserProject).values(
+                workspace_id=project.workspace_id,
+                project_key=project.section_key,
+                label=project.label,
+                path=project.path,
+                created_at_unix_ms=project.created_at_unix_ms,
+                updated_at_unix_ms=project.created_at_unix_ms,
+            ),
+        )
 
     async def delete(self, workspace_id: str, section_key: str) -> None:
         """Remove the project row."""

@@ -12,20 +12,20 @@ from dataclasses import dataclass
 from typing import Final
 
 from sqlalchemy import and_, bindparam, exists, func, insert, or_, select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql.elements import ColumnElement
 
-from services.host.activity_log import note_session_changed
-from services.host.activity_records import interaction_record, session_record, turn_record
-from services.host.records import (
+from services.host.activity.event_log import note_session_changed
+from services.host.model.records import (
     Capabilities,
     InteractionRecord,
     SessionRecord,
     SessionSettingsValue,
     TurnRecord,
 )
+from services.host.repository.inserts import insert_if_absent
+from services.host.repository.row_records import interaction_record, session_record, turn_record
 from store.models import Interaction, ResourceCleanupOutbox, Session, Turn
 
 __all__ = [
@@ -161,31 +161,29 @@ class SessionRepository:
 
     async def insert(self, new: NewSession) -> bool:
         """Insert a root Session; ``False`` when the id is taken in the workspace."""
-        try:
-            async with self._session.begin_nested():
-                await self._session.execute(
-                    insert(Session).values(
-                        workspace_id=new.workspace_id,
-                        session_id=new.session_id,
-                        root_session_id=new.session_id,
-                        agent_target_id=new.agent_target_id,
-                        provider=new.provider,
-                        provider_target_ref=new.provider_target_ref,
-                        title=new.title,
-                        cwd=new.cwd,
-                        rail_section_key=new.rail_section_key,
-                        rail_project_path=new.rail_project_path,
-                        settings_json=new.settings.to_json(),
-                        capabilities_json=new.capabilities.to_json(),
-                        launch_subagents_json=new.launch_subagents_json,
-                        message_version=0,
-                        next_message_sequence=1,
-                        created_at_unix_ms=new.created_at_unix_ms,
-                        updated_at_unix_ms=new.created_at_unix_ms,
-                        tombstone_legacy=False,
-                    )
-                )
-        except IntegrityError:
+        if not await insert_if_absent(
+            self._session,
+            insert(Session).values(
+                workspace_id=new.workspace_id,
+                session_id=new.session_id,
+                root_session_id=new.session_id,
+                agent_target_id=new.agent_target_id,
+                provider=new.provider,
+                provider_target_ref=new.provider_target_ref,
+                title=new.title,
+                cwd=new.cwd,
+                rail_section_key=new.rail_section_key,
+                rail_project_path=new.rail_project_path,
+                settings_json=new.settings.to_json(),
+                capabilities_json=new.capabilities.to_json(),
+                launch_subagents_json=new.launch_subagents_json,
+                message_version=0,
+                next_message_sequence=1,
+                created_at_unix_ms=new.created_at_unix_ms,
+                updated_at_unix_ms=new.created_at_unix_ms,
+                tombstone_legacy=False,
+            ),
+        ):
             return False
         # HOST-OBS-2: a new Session is announced by identity (session_reconcile_required).
         note_session_changed(self._session, new.workspace_id, new.session_id)

@@ -7,7 +7,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from services.host.records import (
+from services.host.model.records import (
     AgentTargetRecord,
     Capabilities,
     LaunchRef,

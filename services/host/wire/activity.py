@@ -6,7 +6,7 @@ from typing import Any
 
 from agentactivity.host.v1 import host_pb2
 from grpcserver.authorization import current_scope
-from services.host.activity_state import read_activity_state
+from services.host.activity.state import read_activity_state
 from services.host.context import HostContext
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import activity_pb2
-from services.host.activity_events import (
+from services.host.activity.events import (
     DurableEvent,
     InteractionUpdate,
     MessageDelta,
@@ -18,8 +18,8 @@ from services.host.activity_events import (
     SessionReconcileRequired,
     TurnUpdate,
 )
-from services.host.activity_store.events import StoredEvent
-from services.host.cursors import checked_cursor
+from services.host.model.cursor_bounds import checked_cursor
+from services.host.repository.activity_events import StoredEvent
 from services.host.wire.messages import message_to_proto
 from services.host.wire.projection import pending_interaction_to_proto, turn_to_proto
 
@@ -45,7 +45,7 @@ _OPERATION_NAMES = {value: key for key, value in DELTA_OPERATIONS.items()}
 
 
 class ProtoEventCodec:
-    """The :class:`~services.host.activity_events.EventCodec` of the Host wire layer."""
+    """The :class:`~services.host.activity.events.EventCodec` of the Host wire layer."""
 
     def encode(self, workspace_id: str, occurred_at_unix_ms: int, event: DurableEvent) -> bytes:
         """Serialize ``event`` as an ``ActivityEvent`` without ``event_id``."""

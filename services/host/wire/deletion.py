@@ -9,8 +9,8 @@ from agentactivity.host.v1 import host_pb2
 from domainerrors import PermissionDenied
 from grpcserver.authorization import current_scope
 from grpcserver.errors import clip
-from services.host import cleanup_outbox, deletion, purge, restore
 from services.host.context import HostContext
+from services.host.deletion import cleanup_outbox, delete, purge, restore
 from services.host.wire.projection import session_to_proto
 
 NOT_RESTORABLE_REASONS = {
@@ -21,7 +21,7 @@ NOT_RESTORABLE_REASONS = {
 }
 
 
-def _member_to_proto(member: deletion.DeletedMember) -> host_pb2.DeletedSession:
+def _member_to_proto(member: delete.DeletedMember) -> host_pb2.DeletedSession:
     wire = host_pb2.DeletedSession(
         session_id=member.session_id,
         requested=member.requested,
@@ -36,7 +36,7 @@ def _member_to_proto(member: deletion.DeletedMember) -> host_pb2.DeletedSession:
     return wire
 
 
-def deletion_result_to_proto(result: deletion.DeletionResult) -> host_pb2.SessionDeletionResult:
+def deletion_result_to_proto(result: delete.DeletionResult) -> host_pb2.SessionDeletionResult:
     """The complete typed delete result (HOST-DEL-1)."""
     return host_pb2.SessionDeletionResult(
         deleted=[_member_to_proto(m) for m in result.deleted],
@@ -61,7 +61,7 @@ class DeletionRpcs:
         self, request: host_pb2.DeleteSessionsRequest, context: Any
     ) -> host_pb2.DeleteSessionsResponse:
         """Plan, quiesce and tombstone the closure of the ids (HOST-DEL-1..6)."""
-        result = await deletion.delete_sessions(
+        result = await delete.delete_sessions(
             self.ctx,
             request.workspace_id,
             list(request.session_ids),

@@ -7,9 +7,9 @@ from typing import Any
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2
-from services.host.activity_records import interaction_record
 from services.host.context import HostContext
-from services.host.interactions import (
+from services.host.repository.row_records import interaction_record
+from services.host.turns.interactions import (
     OperationView,
     ResponseRequest,
     get_operation,

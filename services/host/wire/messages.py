@@ -6,12 +6,12 @@ from typing import Any
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2
-from services.host import mentions
-from services.host.activity_records import MessageRecord, message_record
 from services.host.context import HostContext
-from services.host.cursors import checked_cursor
-from services.host.messages import list_messages
-from services.host.references import decode_references
+from services.host.model.cursor_bounds import checked_cursor
+from services.host.repository.row_records import MessageRecord, message_record
+from services.host.turns import mentions
+from services.host.turns.messages import list_messages
+from services.host.turns.reference_metadata import decode_references
 from services.host.wire.references_codec import references_to_proto
 
 MESSAGE_ROLES = {

@@ -12,8 +12,8 @@ import json
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2
-from services.host.cursors import checked_cursor
-from services.host.records import (
+from services.host.model.cursor_bounds import checked_cursor
+from services.host.model.records import (
     Capabilities,
     InteractionRecord,
     SessionRecord,

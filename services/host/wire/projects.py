@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from agentactivity.host.v1 import host_pb2
-from services.host import project_removal, projects
 from services.host.context import HostContext
+from services.host.deletion import project_removal
+from services.host.sessions import projects
 from services.host.wire.deletion import deletion_result_to_proto
 
 

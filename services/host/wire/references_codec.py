@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from agentactivity.canonical.v1 import canonical_pb2
-from services.host.references import ReferenceMeta, ReferenceProvenance
+from services.host.turns.reference_metadata import ReferenceMeta, ReferenceProvenance
 
 __all__ = ["references_from_proto", "references_to_proto"]
 

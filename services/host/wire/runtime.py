@@ -4,7 +4,7 @@ The stream is served by three cooperating parts: this generator yields frames to
 runtime from one merged queue; a reader task applies the runtime's frames strictly in
 the order received (reports, acknowledgements) and queues each ``ReportResult``; a pump
 task moves commands from the link's outbound queue (fed by the outbox dispatcher) onto
-the merged queue. The rules live in :mod:`services.host.runtime_link`.
+the merged queue. The rules live in :mod:`services.host.runtime.link`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from google.protobuf import json_format
 from agentactivity.host.v1 import runtime_pb2
 from domainerrors import Aborted, FailedPrecondition, Unavailable
 from grpcserver.auth import current_principal
-from services.host import runtime_link
 from services.host.context import HostContext
-from services.host.runtime_registry import RuntimeLinkHandle
-from services.host.runtime_reports import ItemResult, ReportVerdict
+from services.host.runtime import link
+from services.host.runtime.registry import RuntimeLinkHandle
+from services.host.runtime.reports import ItemResult, ReportVerdict
 from services.host.wire.activity_codec import delta_from_proto
 from services.host.wire.runtime_codec import (
     ack_from_proto,
@@ -66,9 +66,7 @@ class RuntimeLinkRpcs:
                 "the first RuntimeLink frame must be a hello", reason="RUNTIME_HELLO_REQUIRED"
             )
         identity = identity_from_hello(first.hello, principal.workspaces)
-        handle, targets = await runtime_link.open_link(
-            self.ctx, identity, first.hello.protocol_revision
-        )
+        handle, targets = await link.open_link(self.ctx, identity, first.hello.protocol_revision)
         out: asyncio.Queue[Outgoing] = asyncio.Queue()
         reader = asyncio.create_task(self._read(handle, request_iterator, out))
         pump = asyncio.create_task(_pump(handle, out))
@@ -77,11 +75,11 @@ class RuntimeLinkRpcs:
                 welcome=runtime_pb2.RuntimeWelcome(
                     link_id=handle.link_id,
                     agent_target_ids=targets,
-                    max_report_bytes=runtime_link.MAX_REPORT_BYTES,
+                    max_report_bytes=link.MAX_REPORT_BYTES,
                     server_time_unix_ms=self.ctx.clock(),
                 )
             )
-            await runtime_link.link_ready(self.ctx, handle)
+            await link.link_ready(self.ctx, handle)
             while True:
                 frame = await out.get()
                 if isinstance(frame, _StreamEnd):
@@ -95,7 +93,7 @@ class RuntimeLinkRpcs:
             for task in (reader, pump):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-            await runtime_link.close_link(self.ctx, handle)
+            await link.close_link(self.ctx, handle)
 
     async def _read(
         self,
@@ -112,9 +110,7 @@ class RuntimeLinkRpcs:
                         runtime_pb2.RuntimeLinkResponse(report_result=verdict_to_proto(verdict))
                     )
                 elif kind == "command_ack":
-                    await runtime_link.apply_ack(
-                        self.ctx, handle, ack_from_proto(frame.command_ack)
-                    )
+                    await link.apply_ack(self.ctx, handle, ack_from_proto(frame.command_ack))
                 elif kind == "deltas":
                     # HOST-RT-2: checked and published to the live lane right here, before
                     # the next frame (a later report) is read, so no commit overtakes them.
@@ -136,14 +132,14 @@ class RuntimeLinkRpcs:
     async def _report(
         self, handle: RuntimeLinkHandle, report: runtime_pb2.RuntimeReport
     ) -> ReportVerdict:
-        if report.ByteSize() > runtime_link.MAX_REPORT_BYTES:
+        if report.ByteSize() > link.MAX_REPORT_BYTES:
             return ReportVerdict(
                 report.report_id,
                 "rejected",
                 (ItemResult(0, "rejected", message="report exceeds max_report_bytes"),),
                 "REPORT_TOO_LARGE",
             )
-        return await runtime_link.apply_report(self.ctx, handle.identity, report_from_proto(report))
+        return await link.apply_report(self.ctx, handle.identity, report_from_proto(report))
 
 
 async def _pump(handle: RuntimeLinkHandle, out: asyncio.Queue[Outgoing]) -> None:

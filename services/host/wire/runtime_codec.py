@@ -1,6 +1,6 @@
 """Translation between ``RuntimeLink`` frames and the runtime-link domain (HOST-RT-1).
 
-Reports decode into :mod:`services.host.runtime_reports` items with canonical lowercase
+Reports decode into :mod:`services.host.runtime.reports` items with canonical lowercase
 strings (an unspecified enum becomes ``None``, which the domain rejects where the field is
 required; an enum number the contract does not define, or a NUL character, is listed in
 ``invalid_fields`` and rejects the whole report, SEC-2);
@@ -18,9 +18,8 @@ from google.protobuf import json_format
 
 from agentactivity.host.v1 import runtime_pb2
 from grpcserver.request_checks import request_violations
-from services.host.interactions import DispositionInput, TransitionInput
-from services.host.runtime_registry import CommandAck, OutboundCommand, RuntimeIdentity
-from services.host.runtime_reports import (
+from services.host.runtime.registry import CommandAck, OutboundCommand, RuntimeIdentity
+from services.host.runtime.reports import (
     InvalidField,
     ItemResult,
     MessageSnapshotItem,
@@ -31,7 +30,8 @@ from services.host.runtime_reports import (
     SessionPatchItem,
     TurnPatchItem,
 )
-from services.host.tool_payload import ToolCallPhase, ToolCallSnapshot
+from services.host.turns.interactions import DispositionInput, TransitionInput
+from services.host.turns.tool_payload import ToolCallPhase, ToolCallSnapshot
 from services.host.wire.messages import MESSAGE_KINDS, MESSAGE_ROLES
 from services.host.wire.projection import (
     INTERACTION_KINDS,

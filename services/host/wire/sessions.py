@@ -6,10 +6,10 @@ from typing import Any
 
 from agentactivity.host.v1 import host_pb2
 from grpcserver.request_checks import mapped_enum
-from services.host import session_listing, sessions
-from services.host.activity_records import turn_record
 from services.host.context import HostContext
-from services.host.references import validate_references
+from services.host.repository.row_records import turn_record
+from services.host.sessions import commands, listing
+from services.host.turns.reference_metadata import validate_references
 from services.host.wire.projection import (
     pending_interaction_to_proto,
     session_import_to_proto,
@@ -30,9 +30,9 @@ RUNTIME_STATUS = {
 }
 
 
-def list_filter(message: host_pb2.SessionListFilter) -> session_listing.ListFilter:
+def list_filter(message: host_pb2.SessionListFilter) -> listing.ListFilter:
     """``SessionListFilter`` with presence kept (absent id set = no restriction)."""
-    return session_listing.ListFilter(
+    return listing.ListFilter(
         agent_target_id=message.agent_target_id if message.HasField("agent_target_id") else None,
         search_query=message.search_query if message.HasField("search_query") else None,
         authorized_session_ids=(
@@ -43,7 +43,7 @@ def list_filter(message: host_pb2.SessionListFilter) -> session_listing.ListFilt
     )
 
 
-def page_to_proto(page: session_listing.SessionPage) -> host_pb2.SessionPage:
+def page_to_proto(page: listing.SessionPage) -> host_pb2.SessionPage:
     """One listing page."""
     items = []
     for item in page.items:
@@ -76,7 +76,7 @@ class SessionRpcs:
         initial_input = None
         if request.HasField("initial_input"):
             first = request.initial_input
-            initial_input = sessions.InitialInput(
+            initial_input = commands.InitialInput(
                 client_submit_id=first.client_submit_id,
                 content=first.content,
                 mode=mapped_enum(MODES, first.mode, field="initial_input.mode"),
@@ -84,7 +84,7 @@ class SessionRpcs:
                     references_from_proto(first.references), field="initial_input.references"
                 ),
             )
-        command = sessions.CreateSessionCommand(
+        command = commands.CreateSessionCommand(
             workspace_id=request.workspace_id,
             agent_target_id=request.agent_target_id,
             cwd=request.cwd,
@@ -99,7 +99,7 @@ class SessionRpcs:
             has_initial_goal=request.HasField("initial_goal"),
             has_isolation=request.HasField("isolation"),
         )
-        created = await sessions.create_session(self.ctx, command)
+        created = await commands.create_session(self.ctx, command)
         response = host_pb2.CreateSessionResponse(session=session_to_proto(created.session))
         if created.first_turn is not None:
             response.turn.CopyFrom(turn_to_proto(turn_record(created.first_turn.turn)))
@@ -109,7 +109,7 @@ class SessionRpcs:
         self, request: host_pb2.GetSessionRequest, context: Any
     ) -> host_pb2.GetSessionResponse:
         """Canonical truth for one live Session (HOST-SES-3)."""
-        detail = await sessions.get_session(self.ctx, request.workspace_id, request.session_id)
+        detail = await commands.get_session(self.ctx, request.workspace_id, request.session_id)
         response = host_pb2.GetSessionResponse(
             session=session_to_proto(detail.session),
             pending_interactions=[
@@ -131,8 +131,8 @@ class SessionRpcs:
         self, request: host_pb2.ListSessionSectionsRequest, context: Any
     ) -> host_pb2.ListSessionSectionsResponse:
         """Every section's first page plus the first pinned page (HOST-SES-4)."""
-        limit = session_listing.page_size(request.page_size, "page_size")
-        rail = await session_listing.list_sections(
+        limit = listing.page_size(request.page_size, "page_size")
+        rail = await listing.list_sections(
             self.ctx, request.workspace_id, list_filter(request.filter), limit
         )
         sections = []
@@ -154,8 +154,8 @@ class SessionRpcs:
         self, request: host_pb2.ListSessionSectionPageRequest, context: Any
     ) -> host_pb2.ListSessionSectionPageResponse:
         """One page of a section's unpinned root Sessions (HOST-SES-4)."""
-        limit = session_listing.page_size(request.limit, "limit")
-        page = await session_listing.list_section_page(
+        limit = listing.page_size(request.limit, "limit")
+        page = await listing.list_section_page(
             self.ctx,
             request.workspace_id,
             request.section_key,
@@ -169,8 +169,8 @@ class SessionRpcs:
         self, request: host_pb2.ListPinnedSessionsPageRequest, context: Any
     ) -> host_pb2.ListPinnedSessionsPageResponse:
         """One page of pinned root Sessions (HOST-SES-4)."""
-        limit = session_listing.page_size(request.limit, "limit")
-        page = await session_listing.list_pinned_page(
+        limit = listing.page_size(request.limit, "limit")
+        page = await listing.list_pinned_page(
             self.ctx, request.workspace_id, list_filter(request.filter), request.cursor, limit
         )
         return host_pb2.ListPinnedSessionsPageResponse(page=page_to_proto(page))
@@ -179,8 +179,8 @@ class SessionRpcs:
         self, request: host_pb2.SearchSessionsRequest, context: Any
     ) -> host_pb2.SearchSessionsResponse:
         """One page of root Sessions whose title matches, case-insensitively (HOST-SES-4)."""
-        limit = session_listing.page_size(request.limit, "limit")
-        page = await session_listing.search_sessions(
+        limit = listing.page_size(request.limit, "limit")
+        page = await listing.search_sessions(
             self.ctx,
             request.workspace_id,
             request.search_query,
@@ -194,7 +194,7 @@ class SessionRpcs:
         self, request: host_pb2.ListSectionDeletionCandidatesRequest, context: Any
     ) -> host_pb2.ListSectionDeletionCandidatesResponse:
         """Every root Session a "clear section" would delete, after the filters (HOST-SES-4)."""
-        ids = await session_listing.deletion_candidates(
+        ids = await listing.deletion_candidates(
             self.ctx, request.workspace_id, request.section_key, list_filter(request.filter)
         )
         return host_pb2.ListSectionDeletionCandidatesResponse(session_ids=ids, total_count=len(ids))
@@ -203,7 +203,7 @@ class SessionRpcs:
         self, request: host_pb2.RenameSessionRequest, context: Any
     ) -> host_pb2.RenameSessionResponse:
         """Set the title; returns the authoritative Session (HOST-SES-5)."""
-        record = await sessions.rename_session(
+        record = await commands.rename_session(
             self.ctx, request.workspace_id, request.session_id, request.title
         )
         return host_pb2.RenameSessionResponse(session=session_to_proto(record))
@@ -212,7 +212,7 @@ class SessionRpcs:
         self, request: host_pb2.SetSessionPinnedRequest, context: Any
     ) -> host_pb2.SetSessionPinnedResponse:
         """Pin or unpin; returns the authoritative Session (HOST-SES-5)."""
-        record = await sessions.set_session_pinned(
+        record = await commands.set_session_pinned(
             self.ctx, request.workspace_id, request.session_id, request.pinned
         )
         return host_pb2.SetSessionPinnedResponse(session=session_to_proto(record))
@@ -221,7 +221,7 @@ class SessionRpcs:
         self, request: host_pb2.UpdateSessionSettingsRequest, context: Any
     ) -> host_pb2.UpdateSessionSettingsResponse:
         """Validate, persist and apply settings in the mutation lane (HOST-SES-6, HOST-LANE-1)."""
-        update = await sessions.update_session_settings(
+        update = await commands.update_session_settings(
             self.ctx,
             request.workspace_id,
             request.session_id,

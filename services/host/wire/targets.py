@@ -6,10 +6,8 @@ from typing import Any
 
 from agentactivity.host.v1 import host_pb2
 from domainerrors import InvalidArgument
-from services.host import targets
 from services.host.context import HostContext
-from services.host.mention_catalog import read_mention_catalog
-from services.host.records import (
+from services.host.model.records import (
     AgentTargetRecord,
     Capabilities,
     LaunchRef,
@@ -17,6 +15,8 @@ from services.host.records import (
     SettingsCatalog,
     Subagent,
 )
+from services.host.sessions import targets
+from services.host.sessions.mention_catalog import read_mention_catalog
 from services.host.wire.projection import capabilities_to_proto
 from services.host.wire.turns import MODES as COMPOSER_MODES
 

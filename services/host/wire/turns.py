@@ -7,12 +7,12 @@ from typing import Any
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2
 from grpcserver.request_checks import mapped_enum
-from services.host.activity_records import message_record, session_record, turn_record
 from services.host.context import HostContext
-from services.host.mentions import ComposerMode
-from services.host.references import validate_references
-from services.host.submission import Submission, send_input
-from services.host.turns import list_turns, stop_turn
+from services.host.repository.row_records import message_record, session_record, turn_record
+from services.host.turns.mentions import ComposerMode
+from services.host.turns.reference_metadata import validate_references
+from services.host.turns.stop_and_list import list_turns, stop_turn
+from services.host.turns.submission import Submission, send_input
 from services.host.wire.messages import message_to_proto
 from services.host.wire.projection import session_to_proto, turn_to_proto
 from services.host.wire.references_codec import references_from_proto

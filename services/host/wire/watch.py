@@ -7,9 +7,9 @@ from typing import Any
 
 from agentactivity.host.v1 import activity_pb2, host_pb2
 from domainerrors import InvalidArgument
-from services.host.activity_feed import WatchDelta, WatchReady, watch_activity
+from services.host.activity.feed import WatchDelta, WatchReady, watch_activity
 from services.host.context import HostContext
-from services.host.cursors import checked_cursor
+from services.host.model.cursor_bounds import checked_cursor
 from services.host.wire.activity_codec import fill_delta, stored_to_proto
 
 CURSOR_BOUND = 2**53 - 1

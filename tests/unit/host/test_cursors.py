@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from domainerrors import InvalidArgument, OutOfRange
-from services.host.cursors import (
+from services.host.model.cursor_bounds import (
     CURSOR_BOUND_EXCEEDED,
     INVALID_CURSOR,
     MAX_CURSOR,

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from domainerrors import Unavailable
-from services.host.mentions import (
+from services.host.turns.mentions import (
     AgentMention,
     ComposerMode,
     MentionResolution,

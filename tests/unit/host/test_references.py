@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from agentactivity.canonical.v1 import canonical_pb2
 from domainerrors import InvalidArgument
-from services.host.references import (
+from services.host.turns.reference_metadata import (
     INVALID_REFERENCES,
     MAX_ACTIONS,
     MAX_REFERENCES,

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.host.sessions import DERIVED_TITLE_LENGTH, derived_title
-from services.host.turn_lifecycle import DeferredSettlement
+from services.host.sessions.commands import DERIVED_TITLE_LENGTH, derived_title
+from services.host.turns.lifecycle import DeferredSettlement
 
 
 @pytest.mark.spec("HOST-SES-1")

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from domainerrors import InvalidArgument, ResourceExhausted
-from services.host.tool_payload import (
+from services.host.turns.tool_payload import (
     DUPLICATE_MARKER,
     FIELD_LIMIT_BYTES,
     INVALID_TOOL_CALL,

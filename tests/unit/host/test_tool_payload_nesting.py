@@ -7,7 +7,7 @@ import json
 import pytest
 
 from domainerrors import InvalidArgument
-from services.host.tool_payload import (
+from services.host.turns.tool_payload import (
     INVALID_TOOL_CALL,
     MAX_JSON_DEPTH,
     MAX_STEP_DEPTH,

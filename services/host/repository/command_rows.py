@@ -1,0 +1,192 @@
+"""The runtime command outbox: commands written with the facts that cause them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from sqlalchemy import and_, delete, insert, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from store.models import InteractionResponseOperation, RuntimeCommandOutbox
+
+UNACKNOWLEDGED = ("pending", "dispatched")
+ACKNOWLEDGED = ("completed", "failed")
+
+_SESSION_CHUNK: Final = 500
+"""Session ids per ``IN`` list when reading several Sessions' open commands."""
+
+PRUNE_BATCH: Final = 16
+"""Most acknowledged rows one acknowledgement transaction deletes besides its own, so the
+cleanup stays a bounded amount of work under the write lock."""
+
+_Outbox = RuntimeCommandOutbox
+_Operation = InteractionResponseOperation
+
+# Built once: accepted deliveries whose response operation has completed. A ``completed`` row
+# outlives its acknowledgement only while its operation is open (see
+# ``services.host.turns.command_outbox.record_ack``), so ``state = 'completed'`` (served by
+# ``ix_runtime_command_outbox_due``) reads only such rows; ``failed`` rows also include the
+# commands of deleted Sessions, which stay until the purge, so they are not read here.
+_SETTLED_OPERATION_ROWS: Final = (
+    select(_Outbox.id)
+    .join(
+        _Operation,
+        and_(
+            _Operation.workspace_id == _Outbox.workspace_id,
+            _Operation.operation_id == _Outbox.operation_id,
+        ),
+    )
+    .where(_Outbox.state == "completed", _Operation.state == "completed")
+    .limit(PRUNE_BATCH)
+)
+
+
+@dataclass(frozen=True)
+class SessionRoute:
+    """A Session as command routing needs it: its key and what selects its runtime."""
+
+    workspace_id: str
+    session_id: str
+    agent_target_id: str | None
+    provider: str
+
+
+class RuntimeCommandRepository:
+    """Reads and writes outbox rows."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._db = session
+
+    def add(self, row: RuntimeCommandOutbox) -> None:
+        """Stage a new command row."""
+        self._db.add(row)
+
+    async def insert_many(self, rows: Sequence[dict[str, object]]) -> None:
+        """Insert many command rows at once (an ORM bulk ``INSERT``, no identity-map objects).
+
+        Rows staged with :meth:`add` are flushed first, so they keep their (earlier) ids and
+        the runtime receives the commands in the order they were written.
+        """
+        if rows:
+            await self._db.flush()
+            await self._db.execute(insert(RuntimeCommandOutbox), list(rows))
+
+    async def delete(self, row: RuntimeCommandOutbox) -> None:
+        """Delete an acknowledged row (the outbox keeps open work only)."""
+        await self._db.delete(row)
+
+    async def prune_settled_operations(self) -> int:
+        """Delete up to :data:`PRUNE_BATCH` accepted deliveries of completed operations.
+
+        Returns:
+            How many rows were deleted.
+        """
+        ids = list((await self._db.execute(_SETTLED_OPERATION_ROWS)).scalars())
+        if ids:
+            await self._db.execute(
+                delete(_Outbox)
+                .where(_Outbox.id.in_(ids))
+                .execution_options(synchronize_session=False)
+            )
+        return len(ids)
+
+    async def get(self, workspace_id: str, command_id: str) -> RuntimeCommandOutbox | None:
+        """The command by id."""
+        query = select(RuntimeCommandOutbox).where(
+            RuntimeCommandOutbox.workspace_id == workspace_id,
+            RuntimeCommandOutbox.command_id == command_id,
+        )
+        return (await self._db.execute(query)).scalar_one_or_none()
+
+    async def by_command_id(
+        self, command_id: str, *, lock: bool = False
+    ) -> RuntimeCommandOutbox | None:
+        """The command by id in any workspace (acks carry only the id; ids are unique UUIDs).
+
+        Served by ``ix_runtime_command_outbox_command``. ``lock`` takes the row lock on
+        Postgres (SQLite write transactions hold the database lock already), so an
+        acknowledgement and a withdrawal of the same command serialize, and the later one sees
+        what the earlier one committed.
+        """
+        query = select(RuntimeCommandOutbox).where(RuntimeCommandOutbox.command_id == command_id)
+        if lock:
+            query = query.with_for_update().execution_options(populate_existing=True)
+        return (await self._db.execute(query)).scalars().first()
+
+    async def unacknowledged(
+        self, workspace_id: str | None = None, session_id: str | None = None
+    ) -> list[RuntimeCommandOutbox]:
+        """Pending or dispatched commands, oldest first (optionally of one Session).
+
+        One Session's rows are served by ``ix_runtime_command_outbox_session``; all open rows
+        by ``ix_runtime_command_outbox_due``. Unlocked: a dispatcher locks the rows it sends
+        with :meth:`lock_open` or reads them with :meth:`pending_of`.
+        """
+        query = select(RuntimeCommandOutbox).where(RuntimeCommandOutbox.state.in_(UNACKNOWLEDGED))
+        if workspace_id is not None:
+            query = query.where(RuntimeCommandOutbox.workspace_id == workspace_id)
+        if session_id is not None:
+            query = query.where(RuntimeCommandOutbox.session_id == session_id)
+        query = query.order_by(RuntimeCommandOutbox.id)
+        return list((await self._db.execute(query)).scalars().all())
+
+    async def lock_open(self, ids: Sequence[int]) -> list[RuntimeCommandOutbox]:
+        """These rows, locked, that are still unacknowledged (oldest first).
+
+        On Postgres the lock waits for a concurrent acknowledgement or withdrawal and the state
+        is re-checked after it, so a row deleted or settled meanwhile is not sent.
+        """
+        rows: list[RuntimeCommandOutbox] = []
+        for start in range(0, len(ids), _SESSION_CHUNK):
+            query = (
+                select(RuntimeCommandOutbox)
+                .where(
+                    RuntimeCommandOutbox.id.in_(list(ids[start : start + _SESSION_CHUNK])),
+                    RuntimeCommandOutbox.state.in_(UNACKNOWLEDGED),
+                )
+                .order_by(RuntimeCommandOutbox.id)
+                .with_for_update()
+                .execution_options(populate_existing=True)
+            )
+            rows.extend((await self._db.execute(query)).scalars().all())
+        return rows
+
+    async def pending_of(
+        self, workspace_id: str, session_ids: Sequence[str]
+    ) -> list[RuntimeCommandOutbox]:
+        """The ``pending`` commands of Sessions of one workspace, locked, oldest first.
+
+        Served by ``ix_runtime_command_outbox_session``, one ``IN`` list per 500 Sessions. The
+        rows are locked (Postgres) because the caller dispatches them: a concurrent
+        acknowledgement or withdrawal commits first, and its row is then not returned. One
+        Session's rows are read and locked by one statement; several Sessions' rows are found
+        first and then locked in id order (:meth:`lock_open`), the order every dispatcher
+        locks in, so two dispatchers never wait on each other in opposite order.
+        """
+        pending = (RuntimeCommandOutbox.workspace_id == workspace_id) & (
+            RuntimeCommandOutbox.state == "pending"
+        )
+        if len(session_ids) == 1:
+            query = (
+                select(RuntimeCommandOutbox)
+                .where(pending, RuntimeCommandOutbox.session_id == session_ids[0])
+                .order_by(RuntimeCommandOutbox.id)
+                .with_for_update()
+                .execution_options(populate_existing=True)
+            )
+            return list((await self._db.execute(query)).scalars().all())
+        ids: list[int] = []
+        for start in range(0, len(session_ids), _SESSION_CHUNK):
+            chunk = list(session_ids[start : start + _SESSION_CHUNK])
+            ids.extend(
+                (
+                    await self._db.execute(
+                        select(RuntimeCommandOutbox.id).where(
+                            pending, RuntimeCommandOutbox.session_id.in_(chunk)
+                        )
+                    )
+                ).scalars()
+            )
+        return [row for row in await self.lock_open(sorted(ids)) if row.state == "pending"]

@@ -1,0 +1,648 @@
+"""The runtime link's rules (HOST-RT-1, HOST-RT-3, HOST-RT-4): hello, reports, acks, loss.
+
+Reports are applied atomically, in provider order, with the causal write barrier:
+
+* non-terminal state (Session patch, Turn creation, Interaction transitions) is written in
+  order, so the rows later messages reference exist first;
+* immediately before a terminal Turn patch, every message of that Turn in the report is
+  written (also ones listed after the patch), then the Turn settles and freezes its
+  result from the durable messages (HOST-TURN-6); a root Turn whose child Turns are still
+  active records the patch and settles when its last child does;
+* patches after a settlement are applied after it, where they are stale replays;
+* a conflicting Interaction (changed kind, tool name, input or metadata) or an invalid
+  item rejects the whole report: nothing from it commits (HOST-INT-2);
+* tool-call snapshots only write tool-call messages; Interactions change only through
+  ``interaction_transition`` items and response dispositions, which commit in provider
+  order before a terminal patch that follows them (HOST-RT-4).
+
+A runtime that disconnects is given ``runtime_loss_grace_seconds`` to come back with the
+same instance; otherwise (or at once, when it returns as a new instance) its Sessions'
+active Turns settle ``interrupted`` and their open Interactions become ``superseded``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+
+from sqlalchemy.exc import DataError, IntegrityError
+
+from domainerrors import (
+    AlreadyExists,
+    DomainError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    OutOfRange,
+    PermissionDenied,
+    ResourceExhausted,
+)
+from services.host.context import HostContext
+from services.host.model.records import json_object
+from services.host.repository.activity_scope import ActivityRepositories, activity_runner
+from services.host.runtime.registry import (
+    PROTOCOL_REVISION,
+    CommandAck,
+    RuntimeIdentity,
+    RuntimeLinkHandle,
+)
+from services.host.runtime.reports import (
+    InvalidField,
+    ItemResult,
+    MessageSnapshotItem,
+    ReportItem,
+    ReportVerdict,
+    RuntimeReportInput,
+    SessionLostItem,
+    SessionPatchItem,
+    TurnPatchItem,
+)
+from services.host.turns import command_outbox, interactions, lifecycle, messages
+from services.host.turns.interactions import DispositionInput, TransitionInput
+from services.host.turns.tool_payload import build_tool_call_payload
+from store.integrity import store_refusal
+from store.models import Session, Turn
+
+_log = logging.getLogger(__name__)
+
+MAX_REPORT_BYTES = 8 * 1024 * 1024
+"""Largest encoded report Host accepts (``RuntimeWelcome.max_report_bytes``)."""
+
+SESSION_DELETED = "SESSION_DELETED"
+"""Verdict reason of a report about a tombstoned Session: every item rejected, nothing
+changed (HOST-DEL-3)."""
+
+SESSION_PURGED = "SESSION_PURGED"
+"""Verdict reason of a report about a missing Session whose id a pending resource cleanup
+fences (HOST-DEL-11): nothing is created, as ``CreateSession`` refuses the id."""
+
+INVALID_FIELD_VALUE = "INVALID_FIELD_VALUE"
+"""Verdict reason of a report with an unknown enum number or a NUL character (SEC-2)."""
+
+UNKNOWN_AGENT_TARGET = "UNKNOWN_AGENT_TARGET"
+"""Verdict reason of a Session patch naming an unregistered target (HOST-SES-1)."""
+
+AGENT_TARGET_PROVIDER_MISMATCH = "AGENT_TARGET_PROVIDER_MISMATCH"
+"""Verdict reason of a Session patch naming a target of another provider (HOST-SES-1)."""
+
+_REJECTING_ERRORS = (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    OutOfRange,
+    ResourceExhausted,
+)
+"""Domain errors that say the report's *content* cannot be applied: they reject the report
+(nothing committed) instead of ending the link. Contention (``Unavailable``/``Aborted``)
+still ends it, so the runtime re-sends the report on its next link."""
+
+# --------------------------------------------------------------------------- hello
+
+
+async def open_link(
+    ctx: HostContext, identity: RuntimeIdentity, protocol_revision: int
+) -> tuple[RuntimeLinkHandle, list[str]]:
+    """Register a runtime after its hello.
+
+    Returns:
+        The link handle and the registered agent targets Host will route to it.
+
+    Raises:
+        FailedPrecondition: ``RUNTIME_PROTOCOL_MISMATCH``.
+    """
+    if protocol_revision != PROTOCOL_REVISION:
+        raise FailedPrecondition(
+            f"runtime link revision {protocol_revision} is not supported "
+            f"(this Host speaks {PROTOCOL_REVISION})",
+            reason="RUNTIME_PROTOCOL_MISMATCH",
+            metadata={"supported": str(PROTOCOL_REVISION)},
+        )
+    handle = RuntimeLinkHandle(identity)
+    replaced, dead_instance = ctx.runtimes.attach(handle)
+    if replaced is not None:
+        replaced.close()
+    if dead_instance is not None:
+        _log.info("runtime %s restarted (was %s)", identity.runtime_id, dead_instance)
+        await runtime_lost(ctx, identity, include_served_by_others=True)
+
+    async def targets(repos: ActivityRepositories) -> list[str]:
+        rows = await repos.sessions.targets_for_providers(identity.providers, identity.target_ids)
+        return sorted({row.agent_target_id for row in rows})
+
+    return handle, await activity_runner(ctx.database.engine).run(targets, write=False)
+
+
+async def link_ready(ctx: HostContext, handle: RuntimeLinkHandle) -> None:
+    """After the welcome: re-send every unacknowledged command this link should run."""
+    await command_outbox.resend_unacknowledged(ctx, handle)
+
+
+async def close_link(ctx: HostContext, handle: RuntimeLinkHandle) -> None:
+    """The stream ended: start the loss grace unless a newer link took over."""
+    handle.close()
+    if not ctx.runtimes.detach(handle):
+        return
+    runtime_id = handle.identity.runtime_id
+
+    async def after_grace() -> None:
+        try:
+            await asyncio.sleep(ctx.runtime_loss_grace_seconds)
+            if not ctx.runtimes.is_connected(runtime_id):
+                await runtime_lost(ctx, handle.identity, include_served_by_others=False)
+        finally:
+            ctx.runtimes.loss_done(runtime_id, asyncio.current_task())
+
+    ctx.runtimes.schedule_loss(runtime_id, asyncio.create_task(after_grace()))
+
+
+async def runtime_lost(
+    ctx: HostContext, identity: RuntimeIdentity, *, include_served_by_others: bool
+) -> int:
+    """Confirm the runtime's provider sessions dead (HOST-INT-3, HOST-TURN-5).
+
+    Returns:
+        How many Sessions had an active Turn interrupted.
+    """
+    runner = activity_runner(ctx.database.engine)
+
+    async def candidates(repos: ActivityRepositories) -> list[tuple[str, str]]:
+        rows = await repos.sessions.with_active_turns(identity.providers)
+        return [
+            (row.workspace_id, row.session_id)
+            for row in rows
+            if identity.serves(row.workspace_id, row.agent_target_id, row.provider)
+            and (
+                include_served_by_others
+                or ctx.runtimes.link_for(row.workspace_id, row.agent_target_id, row.provider)
+                is None
+            )
+        ]
+
+    count = 0
+    for workspace_id, session_id in await runner.run(candidates, write=False):
+
+        async def interrupt(
+            repos: ActivityRepositories, ws: str = workspace_id, sid: str = session_id
+        ) -> bool:
+            session = await repos.sessions.lock_with_root(ws, sid)
+            if session is None:
+                return False
+            return await _confirm_dead(repos, session, ctx.clock())
+
+        async with ctx.lanes.hold(workspace_id, session_id):
+            count += int(await runner.run(interrupt))
+    return count
+
+
+async def _confirm_dead(repos: ActivityRepositories, session: Session, now: int) -> bool:
+    """Interrupt the active Turn and supersede every open Interaction of the Session."""
+    changed = False
+    if session.active_turn_id is not None:
+        turn = await repos.turns.get(
+            session.workspace_id, session.session_id, session.active_turn_id
+        )
+        if turn is not None and lifecycle.is_active(turn):
+            await lifecycle.settle(repos, session, turn, "interrupted", now)
+            changed = True
+    for row in await repos.interactions.open_for_session(session.workspace_id, session.session_id):
+        turn = await repos.turns.get(row.workspace_id, row.session_id, row.turn_id)
+        if turn is not None:
+            await lifecycle.close_open_interactions(repos, turn, "superseded", now)
+            changed = True
+    return changed
+
+
+# ---------------------------------------------------------------------------- acks
+
+
+async def apply_ack(ctx: HostContext, handle: RuntimeLinkHandle, ack: CommandAck) -> None:
+    """Record a command acknowledgement and wake whoever awaits it."""
+
+    async def run(repos: ActivityRepositories) -> None:
+        await command_outbox.record_ack(repos, ctx, ack)
+
+    await activity_runner(ctx.database.engine).run(run)
+    handle.resolve_ack(ack)
+
+
+# ------------------------------------------------------------------------- reports
+
+
+class _Refused(Exception):
+    def __init__(self, verdict: ReportVerdict) -> None:
+        super().__init__(verdict.reason)
+        self.verdict = verdict
+
+
+class _Progress:
+    """The index of the item being applied, for a refusal raised by the store."""
+
+    index = 0
+
+
+async def apply_report(
+    ctx: HostContext, identity: RuntimeIdentity, report: RuntimeReportInput
+) -> ReportVerdict:
+    """Apply one report atomically with the causal write barrier.
+
+    A report whose content cannot be applied is a ``rejected`` verdict (nothing commits,
+    the link stays up): an invalid value, a tombstoned or fenced Session, a refused item,
+    a domain rule it breaks, or a value or constraint the store refuses (SEC-4).
+
+    Raises:
+        PermissionDenied: ``WORKSPACE_SCOPE_MISMATCH`` (the report names a workspace
+            outside the runtime's token; the link is closed).
+        Unavailable: ``STORE_BUSY`` (nothing committed; the runtime re-sends the report).
+        Aborted: ``STORE_CONFLICT`` (likewise).
+    """
+    if not identity.may_access(report.workspace_id):
+        raise PermissionDenied(
+            f"runtime {identity.runtime_id} may not report for workspace {report.workspace_id!r}",
+            reason="WORKSPACE_SCOPE_MISMATCH",
+            metadata={"workspace_id": report.workspace_id},
+        )
+    if report.invalid_fields:
+        return _invalid_values(report)
+    runner = activity_runner(ctx.database.engine)
+    progress = _Progress()
+    try:
+        async with ctx.lanes.hold(report.workspace_id, report.session_id):
+            return await runner.run(lambda repos: _apply(ctx, repos, report, progress))
+    except _Refused as refused:
+        return refused.verdict
+    except (IntegrityError, DataError) as error:
+        refusal = store_refusal(error)
+        assert refusal is not None
+        _log.warning(
+            "report %s for %s/%s rejected: the store refused item %d (%s)",
+            report.report_id,
+            report.workspace_id,
+            report.session_id,
+            progress.index,
+            refusal.message,
+        )
+        return _rejected_at(report, progress.index, refusal)
+    except _REJECTING_ERRORS as error:
+        return _rejected_at(report, progress.index, error)
+
+
+def _invalid_values(report: RuntimeReportInput) -> ReportVerdict:
+    by_item: dict[int, list[InvalidField]] = {}
+    for invalid in report.invalid_fields:
+        by_item.setdefault(invalid.index, []).append(invalid)
+    results = tuple(
+        ItemResult(
+            index,
+            "rejected",
+            message="; ".join(f"{f.field}: {f.description}" for f in fields),
+        )
+        for index, fields in sorted(by_item.items())
+    )
+    return ReportVerdict(report.report_id, "rejected", results, INVALID_FIELD_VALUE)
+
+
+def _rejected_at(report: RuntimeReportInput, index: int, error: DomainError) -> ReportVerdict:
+    result = ItemResult(index, "rejected", message=error.message)
+    return ReportVerdict(report.report_id, "rejected", (result,), error.reason)
+
+
+def _reject_all(report: RuntimeReportInput, reason: str, message: str) -> _Refused:
+    """Every item rejected with one reason: the report is about a Session it may not touch."""
+    results = tuple(
+        ItemResult(index, "rejected", message=message) for index in range(len(report.items))
+    )
+    return _Refused(ReportVerdict(report.report_id, "rejected", results, reason))
+
+
+async def _frozen(
+    repos: ActivityRepositories, report: RuntimeReportInput, session: Session | None
+) -> _Refused | None:
+    """The refusal of a report about a tombstone or a fenced id, if it is one.
+
+    A tombstone is frozen (HOST-DEL-3): no title, cwd, usage, target, resume identity, Turn,
+    message or Interaction of it changes until it is restored. A missing id with a pending
+    resource-cleanup row anywhere is fenced (HOST-DEL-11), checked with the query
+    ``CreateSession`` uses, so no report re-creates a purged Session before its cleanup.
+    """
+    if session is not None:
+        if session.deleted_at_unix_ms is None:
+            return None
+        return _reject_all(
+            report,
+            SESSION_DELETED,
+            f"Session {report.session_id!r} is deleted; a tombstone takes no reports",
+        )
+    if await repos.sessions.cleanup_pending(report.session_id):
+        return _reject_all(
+            report,
+            SESSION_PURGED,
+            f"Session id {report.session_id!r} was purged and is fenced by a pending "
+            "resource cleanup",
+        )
+    return None
+
+
+async def _apply(
+    ctx: HostContext,
+    repos: ActivityRepositories,
+    report: RuntimeReportInput,
+    progress: _Progress,
+) -> ReportVerdict:
+    now = ctx.clock()
+    session = await repos.sessions.lock_with_root(report.workspace_id, report.session_id)
+    frozen = await _frozen(repos, report, session)
+    if frozen is not None:
+        raise frozen
+    results: dict[int, ItemResult] = {}
+    items = list(enumerate(report.items))
+
+    def refuse(index: int, outcome: str, reason: str, message: str) -> _Refused:
+        result = ItemResult(index, outcome, message=message)
+        return _Refused(ReportVerdict(report.report_id, outcome, (result,), reason))
+
+    for index, item in items:
+        if index in results:
+            continue  # a message already flushed ahead of its Turn's terminal patch
+        progress.index = index
+        if item is None:
+            raise refuse(index, "rejected", "EMPTY_ITEM", "report item has no payload")
+        if isinstance(item, SessionPatchItem):
+            session, changed = await _apply_session_patch(
+                repos, report, session, index, item, now, refuse
+            )
+            results[index] = ItemResult(index, "applied" if changed else "already_applied")
+        elif session is None:
+            raise refuse(index, "rejected", "UNKNOWN_SESSION", "report names an unknown Session")
+        elif isinstance(item, TurnPatchItem):
+            if item.terminal:
+                # The barrier: this Turn's messages commit before its terminal state.
+                for later, other in items[index + 1 :]:
+                    if (
+                        isinstance(other, MessageSnapshotItem)
+                        and other.turn_id == item.turn_id
+                        and later not in results
+                    ):
+                        progress.index = later
+                        results[later] = await _apply_message(
+                            repos, session, later, other, now, refuse
+                        )
+                        progress.index = index
+            results[index] = await _apply_turn_patch(repos, session, index, item, now, refuse)
+        elif isinstance(item, MessageSnapshotItem):
+            results[index] = await _apply_message(repos, session, index, item, now, refuse)
+        elif isinstance(item, TransitionInput):
+            results[index] = await _apply_transition(repos, session, index, item, now, refuse)
+        elif isinstance(item, DispositionInput):
+            outcome = await interactions.apply_disposition(repos, session, item, now)
+            if outcome.outcome == "rejected":
+                raise refuse(index, "rejected", "UNKNOWN_OPERATION", outcome.detail or "")
+            results[index] = ItemResult(index, outcome.outcome, outcome.stale)
+        elif isinstance(item, SessionLostItem):
+            changed = await _confirm_dead(repos, session, now)
+            results[index] = ItemResult(index, "applied" if changed else "already_applied")
+        # Written now, so a store refusal is charged to the item that caused it.
+        await repos.sessions.flush()
+    ordered = tuple(results[index] for index in sorted(results))
+    applied = any(result.outcome == "applied" for result in ordered)
+    return ReportVerdict(report.report_id, "applied" if applied else "already_applied", ordered)
+
+
+Refuse = Callable[[int, str, str, str], _Refused]
+
+
+async def _apply_session_patch(
+    repos: ActivityRepositories,
+    report: RuntimeReportInput,
+    session: Session | None,
+    index: int,
+    item: SessionPatchItem,
+    now: int,
+    refuse: Refuse,
+) -> tuple[Session, bool]:
+    # HOST-SES-1: a patch that omits the target, or names it empty, never clears it.
+    target_id = item.agent_target_id or None
+    if session is None:
+        if item.parent_session_id is None:
+            raise refuse(index, "rejected", "UNKNOWN_SESSION", "report names an unknown Session")
+        # Locked: a concurrent delete of the parent either sees this child (its plan goes
+        # stale) or has tombstoned the parent, and no live child is put under a tombstone.
+        # The child's own id passed the purge fence in ``_frozen`` (HOST-DEL-11).
+        parent = await repos.sessions.get(report.workspace_id, item.parent_session_id, lock=True)
+        if parent is None or parent.deleted_at_unix_ms is not None:
+            raise refuse(index, "rejected", "UNKNOWN_SESSION", "parent Session not found")
+        if target_id is not None:
+            await _check_target(repos, report, index, target_id, parent.provider, refuse)
+        session = Session(
+            workspace_id=report.workspace_id,
+            session_id=report.session_id,
+            parent_session_id=parent.session_id,
+            root_session_id=parent.root_session_id,
+            parent_turn_id=item.parent_turn_id,
+            agent_target_id=target_id or parent.agent_target_id,
+            provider=parent.provider,
+            title=item.title or "",
+            cwd=item.cwd if item.cwd is not None else parent.cwd,
+            rail_section_key=parent.rail_section_key,
+            rail_project_path=parent.rail_project_path,
+            settings_json=parent.settings_json,
+            capabilities_json=parent.capabilities_json,
+            usage_json=item.usage_json,
+            message_version=0,
+            next_message_sequence=1,
+            created_at_unix_ms=now,
+            updated_at_unix_ms=now,
+        )
+        repos.sessions.add(session)
+        await repos.sessions.flush()
+        return session, True
+    if target_id is not None and target_id != session.agent_target_id:
+        await _check_target(repos, report, index, target_id, session.provider, refuse)
+    before = (
+        session.title,
+        session.cwd,
+        session.usage_json,
+        session.agent_target_id,
+        session.provider_resume_json,
+    )
+    if item.title is not None:
+        session.title = item.title
+    if item.cwd is not None:
+        session.cwd = item.cwd  # never changes rail_section_key (HOST-SES-2)
+    if item.usage_json is not None:
+        session.usage_json = item.usage_json
+    if target_id is not None:
+        session.agent_target_id = target_id
+    if item.provider_session_ref is not None or item.runtime_context_json is not None:
+        resume = json_object(session.provider_resume_json)
+        if item.provider_session_ref is not None:
+            resume["providerSessionRef"] = item.provider_session_ref
+        if item.runtime_context_json is not None:
+            resume["runtimeContextJson"] = item.runtime_context_json
+        session.provider_resume_json = json.dumps(resume, sort_keys=True)
+    after = (
+        session.title,
+        session.cwd,
+        session.usage_json,
+        session.agent_target_id,
+        session.provider_resume_json,
+    )
+    if before != after:
+        session.updated_at_unix_ms = max(session.updated_at_unix_ms, now)
+    return session, before != after
+
+
+async def _check_target(
+    repos: ActivityRepositories,
+    report: RuntimeReportInput,
+    index: int,
+    target_id: str,
+    provider: str,
+    refuse: Refuse,
+) -> None:
+    """A reported target must be registered and of the Session's provider (HOST-SES-1)."""
+    target = await repos.sessions.target(report.workspace_id, target_id)
+    if target is None:
+        raise refuse(
+            index,
+            "rejected",
+            UNKNOWN_AGENT_TARGET,
+            f"agent target {target_id!r} is not registered",
+        )
+    if target.provider != provider:
+        raise refuse(
+            index,
+            "rejected",
+            AGENT_TARGET_PROVIDER_MISMATCH,
+            f"agent target {target_id!r} is of provider {target.provider!r}, "
+            f"the Session's is {provider!r}",
+        )
+
+
+async def _apply_turn_patch(
+    repos: ActivityRepositories,
+    session: Session,
+    index: int,
+    item: TurnPatchItem,
+    now: int,
+    refuse: Refuse,
+) -> ItemResult:
+    if item.phase is None:
+        raise refuse(index, "rejected", "INVALID_TURN_PATCH", "phase is required")
+    if item.terminal and item.outcome is None:
+        raise refuse(index, "rejected", "INVALID_TURN_PATCH", "a settlement needs an outcome")
+    turn = await repos.turns.get(session.workspace_id, session.session_id, item.turn_id)
+    if turn is None:
+        if item.origin is None:
+            raise refuse(
+                index, "rejected", "INVALID_TURN_PATCH", "origin is required to create a Turn"
+            )
+        turn = Turn(
+            workspace_id=session.workspace_id,
+            session_id=session.session_id,
+            turn_id=item.turn_id,
+            phase="queued" if item.terminal else item.phase,
+            outcome=None,
+            origin=item.origin,
+            root_turn_id=item.root_turn_id,
+            version=1,
+            created_at_unix_ms=now,
+            updated_at_unix_ms=now,
+            started_at_unix_ms=None if item.phase == "queued" else now,
+        )
+        repos.turns.add(turn)
+        await repos.turns.flush()
+        if not item.terminal and session.active_turn_id is None:
+            session.active_turn_id = turn.turn_id
+            session.updated_at_unix_ms = max(session.updated_at_unix_ms, now)
+        if not item.terminal:
+            return ItemResult(index, "applied")
+    if item.terminal:
+        assert item.outcome is not None
+        # A root Turn with active children records the patch and settles after them.
+        change = await lifecycle.settle_when_children_done(
+            repos, session, turn, item.outcome, now, failure_message=item.failure_message
+        )
+    else:
+        change = lifecycle.advance_phase(turn, item.phase, now)
+    return ItemResult(index, "applied" if change.changed else "already_applied", change.stale)
+
+
+async def _apply_message(
+    repos: ActivityRepositories,
+    session: Session,
+    index: int,
+    item: MessageSnapshotItem,
+    now: int,
+    refuse: Refuse,
+) -> ItemResult:
+    if item.role is None or item.kind is None or not item.message_id:
+        raise refuse(index, "rejected", "INVALID_MESSAGE", "message id, role and kind are required")
+    if item.turn_id is not None:
+        turn = await repos.turns.get(session.workspace_id, session.session_id, item.turn_id)
+        if turn is None:
+            raise refuse(
+                index, "rejected", "UNKNOWN_TURN", f"message names unknown Turn {item.turn_id!r}"
+            )
+    if item.tool_call is not None:
+        # HOST-MSG-3..5: projection and budgets; data that cannot fit rejects the report.
+        try:
+            payload = build_tool_call_payload(item.tool_call).payload_json
+        except (InvalidArgument, ResourceExhausted) as error:
+            raise refuse(index, "rejected", error.reason, error.message) from error
+    else:
+        payload = item.payload_json or "{}"
+    write = await messages.write_snapshot(
+        repos,
+        session,
+        message_id=item.message_id,
+        turn_id=item.turn_id,
+        role=item.role,
+        kind=item.kind,
+        payload_json=payload,
+        occurred_at_unix_ms=item.occurred_at_unix_ms or now,
+        now=now,
+    )
+    return ItemResult(index, "applied" if write.changed else "already_applied")
+
+
+async def _apply_transition(
+    repos: ActivityRepositories,
+    session: Session,
+    index: int,
+    item: TransitionInput,
+    now: int,
+    refuse: Refuse,
+) -> ItemResult:
+    if item.status not in interactions.REPORTABLE:
+        raise refuse(
+            index,
+            "rejected",
+            "STATUS_NOT_REPORTABLE",
+            "runtime reports may submit only pending and superseded",
+        )
+    if not item.kind or not item.request_id:
+        raise refuse(index, "rejected", "INVALID_INTERACTION", "kind and request_id are required")
+    turn = await repos.turns.get(session.workspace_id, session.session_id, item.turn_id)
+    if turn is None:
+        raise refuse(
+            index, "rejected", "UNKNOWN_TURN", f"Interaction names unknown Turn {item.turn_id!r}"
+        )
+    outcome = await interactions.persist_transition(repos, session, item, now)
+    if outcome.outcome == "conflict":
+        raise refuse(index, "conflict", "INTERACTION_CONFLICT", outcome.detail or "conflict")
+    return ItemResult(index, outcome.outcome, outcome.stale)
+
+
+__all__ = [
+    "MAX_REPORT_BYTES",
+    "ReportItem",
+    "apply_ack",
+    "apply_report",
+    "close_link",
+    "link_ready",
+    "open_link",
+    "runtime_lost",
+]

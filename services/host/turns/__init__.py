@@ -1,0 +1,4 @@
+"""Turns and what they carry: SendInput submission, stop and listing, the lifecycle, @agent
+mentions, reference metadata, transcript messages, tool payloads, Interactions and the runtime
+command outbox.
+"""

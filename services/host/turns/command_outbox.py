@@ -1,0 +1,415 @@
+"""Commands to runtimes through the durable outbox (HOST-RT-1, HOST-INT-3).
+
+A command is written as a ``runtime_command_outbox`` row in the same transaction as the
+fact that causes it (a persisted Turn, a stop, a claimed interaction response), then
+dispatched after the commit to the link that serves the Session. Rows stay ``pending``
+until dispatched and ``dispatched`` until the runtime acknowledges them; a link that
+(re)connects receives every unacknowledged command of the Sessions it serves, so a
+command survives a Host restart and a runtime reconnect (commands are idempotent by
+``command_id``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from services.host.context import HostContext
+from services.host.repository.activity_scope import ActivityRepositories, activity_runner
+from services.host.repository.command_rows import ACKNOWLEDGED, SessionRoute
+from services.host.runtime.registry import CommandAck, OutboundCommand, RuntimeLinkHandle
+from store.models import RuntimeCommandOutbox, Session
+
+_log = logging.getLogger(__name__)
+
+
+def enqueue(
+    repos: ActivityRepositories,
+    ctx: HostContext,
+    session: Session,
+    kind: str,
+    payload: Mapping[str, Any],
+    *,
+    operation_id: str | None = None,
+) -> str:
+    """Write a command row in the open transaction; it is sent after the commit.
+
+    Args:
+        repos: The open transaction.
+        ctx: Host dependencies (clock, registry).
+        session: The Session the command acts on.
+        kind: The ``RuntimeCommand.command`` oneof field name (``start_turn`` ...).
+        payload: The proto3-JSON form of that field.
+        operation_id: The response operation the command delivers, when there is one.
+
+    Returns:
+        The new command id.
+    """
+    now = ctx.clock()
+    command_id = f"cmd-{uuid.uuid4()}"
+    repos.commands.add(
+        RuntimeCommandOutbox(
+            workspace_id=session.workspace_id,
+            session_id=session.session_id,
+            command_id=command_id,
+            command_kind=kind,
+            operation_id=operation_id,
+            payload_json=json.dumps(dict(payload), separators=(",", ":"), sort_keys=True),
+            state="pending",
+            attempts=0,
+            next_attempt_at_unix_ms=now,
+            created_at_unix_ms=now,
+            updated_at_unix_ms=now,
+        )
+    )
+    key = (session.workspace_id, session.session_id)
+    if key not in repos.dispatching:
+        repos.dispatching.add(key)
+        target = (session.agent_target_id, session.provider)
+
+        async def dispatch_in_transaction(_db: object) -> None:
+            await _dispatch_with_commit(repos, ctx, key, target)
+
+        repos.uow.enlist(dispatch_in_transaction)
+    return command_id
+
+
+async def enqueue_many(
+    repos: ActivityRepositories,
+    ctx: HostContext,
+    routes: Sequence[SessionRoute],
+    kind: str,
+    payload: Mapping[str, Any],
+    *,
+    now: int | None = None,
+) -> list[str]:
+    """Write one command row per Session in the open transaction (set-based dispatch).
+
+    Like :func:`enqueue` for many Sessions at once (a delete's ``release_session`` for a
+    whole tree): the rows are inserted by one bulk statement, after the rows staged before
+    them, and one participant dispatches every Session a connected link serves with one read
+    of their pending rows, instead of one participant and one read per Session.
+
+    Args:
+        repos: The open transaction.
+        ctx: Host dependencies (clock, registry).
+        routes: The Sessions, one command each.
+        kind: The ``RuntimeCommand.command`` oneof field name.
+        payload: The proto3-JSON form of that field (the same for every Session).
+        now: The time of the causing fact (default: the clock).
+
+    Returns:
+        The new command ids, in ``routes`` order.
+    """
+    if not routes:
+        return []
+    if now is None:
+        now = ctx.clock()
+    encoded = json.dumps(dict(payload), separators=(",", ":"), sort_keys=True)
+    command_ids = [f"cmd-{uuid.uuid4()}" for _ in routes]
+    await repos.commands.insert_many(
+        [
+            {
+                "workspace_id": route.workspace_id,
+                "session_id": route.session_id,
+                "command_id": command_id,
+                "command_kind": kind,
+                "operation_id": None,
+                "payload_json": encoded,
+                "state": "pending",
+                "attempts": 0,
+                "next_attempt_at_unix_ms": now,
+                "created_at_unix_ms": now,
+                "updated_at_unix_ms": now,
+            }
+            for route, command_id in zip(routes, command_ids, strict=True)
+        ]
+    )
+    # Sessions already dispatched by this transaction (an enqueue() of theirs ran) are left
+    # to that participant, which reads all of their pending rows, these included.
+    fresh = [
+        route for route in routes if (route.workspace_id, route.session_id) not in repos.dispatching
+    ]
+    if fresh:
+        repos.dispatching.update((route.workspace_id, route.session_id) for route in fresh)
+
+        async def dispatch_in_transaction(_db: object) -> None:
+            await _dispatch_many_with_commit(repos, ctx, fresh)
+
+        repos.uow.enlist(dispatch_in_transaction)
+    return command_ids
+
+
+def _by_link(
+    ctx: HostContext, routes: Sequence[SessionRoute]
+) -> tuple[dict[RuntimeLinkHandle, list[SessionRoute]], list[SessionRoute]]:
+    served: dict[RuntimeLinkHandle, list[SessionRoute]] = {}
+    unserved: list[SessionRoute] = []
+    for route in routes:
+        link = ctx.runtimes.link_for(route.workspace_id, route.agent_target_id, route.provider)
+        if link is None:
+            unserved.append(route)
+        else:
+            served.setdefault(link, []).append(route)
+    return served, unserved
+
+
+async def _mark_routes(
+    repos: ActivityRepositories,
+    ctx: HostContext,
+    served: Mapping[RuntimeLinkHandle, Sequence[SessionRoute]],
+) -> list[tuple[RuntimeLinkHandle, OutboundCommand]]:
+    sends: list[tuple[RuntimeLinkHandle, OutboundCommand]] = []
+    for link, group in served.items():
+        by_workspace: dict[str, list[str]] = {}
+        for route in group:
+            by_workspace.setdefault(route.workspace_id, []).append(route.session_id)
+        for workspace_id, session_ids in by_workspace.items():
+            for row in await repos.commands.pending_of(workspace_id, session_ids):
+                sends.append((link, await _mark_dispatched(repos, ctx, row)))
+    return sends
+
+
+async def _dispatch_many_with_commit(
+    repos: ActivityRepositories, ctx: HostContext, routes: Sequence[SessionRoute]
+) -> None:
+    """:func:`_dispatch_with_commit` for many Sessions: one read per link and workspace."""
+    served, unserved = _by_link(ctx, routes)
+    sends = await _mark_routes(repos, ctx, served)
+    if sends:
+
+        async def send_after_commit() -> None:
+            for link, command in sends:
+                link.send(command)
+
+        repos.uow.after_commit(send_after_commit)
+    if unserved:
+
+        async def dispatch_after_commit() -> None:
+            await dispatch_routes(ctx, unserved)
+
+        repos.uow.after_commit(dispatch_after_commit)
+
+
+async def dispatch_routes(ctx: HostContext, routes: Sequence[SessionRoute]) -> int:
+    """Send these Sessions' pending commands to the links serving them now.
+
+    Checks the registry first, so Sessions no runtime serves cost no transaction (a link
+    that connects later receives the rows through :func:`resend_unacknowledged`).
+
+    Returns:
+        How many commands were handed to a link.
+    """
+    served, _ = _by_link(ctx, routes)
+    if not served:
+        return 0
+
+    async def run(repos: ActivityRepositories) -> list[tuple[RuntimeLinkHandle, OutboundCommand]]:
+        return await _mark_routes(repos, ctx, served)
+
+    sends = await activity_runner(ctx.database.engine).run(run)
+    for link, command in sends:
+        link.send(command)
+    return len(sends)
+
+
+async def _dispatch_with_commit(
+    repos: ActivityRepositories,
+    ctx: HostContext,
+    key: tuple[str, str],
+    target: tuple[str | None, str],
+) -> None:
+    """Mark the Session's pending commands dispatched in the transaction that wrote them.
+
+    Runs as a participant, after the command body: when a link serves the Session now, its
+    pending rows (the new ones and any an earlier ``failed`` acknowledgement put back) become
+    ``dispatched`` in this commit and are sent after it — one write transaction fewer than a
+    separate post-commit dispatch. The retry contract is unchanged (ADR 0013): a row commits
+    either ``pending`` or ``dispatched``, both are unacknowledged, and a (re)connecting link
+    receives both; nothing is sent unless the commit succeeded. Without a link the rows stay
+    ``pending`` and the post-commit :func:`dispatch_session` looks again, so a link that
+    connected meanwhile still gets them.
+    """
+    workspace_id, session_id = key
+    link = ctx.runtimes.link_for(workspace_id, *target)
+    if link is None:
+
+        async def dispatch_after_commit() -> None:
+            await dispatch_session(ctx, workspace_id, session_id)
+
+        repos.uow.after_commit(dispatch_after_commit)
+        return
+    rows = await repos.commands.pending_of(workspace_id, [session_id])
+    commands = [await _mark_dispatched(repos, ctx, row) for row in rows]
+
+    async def send_after_commit() -> None:
+        for command in commands:
+            link.send(command)
+
+    repos.uow.after_commit(send_after_commit)
+
+
+def _outbound(row: RuntimeCommandOutbox) -> OutboundCommand:
+    return OutboundCommand(
+        command_id=row.command_id,
+        workspace_id=row.workspace_id,
+        session_id=row.session_id,
+        issued_at_unix_ms=row.created_at_unix_ms,
+        kind=row.command_kind,
+        payload=json.loads(row.payload_json),
+    )
+
+
+async def dispatch_session(ctx: HostContext, workspace_id: str, session_id: str) -> int:
+    """Send the Session's pending commands to the link that serves it.
+
+    Returns:
+        How many commands were handed to a link (0 when no runtime serves the Session).
+    """
+
+    async def run(repos: ActivityRepositories) -> list[tuple[RuntimeLinkHandle, OutboundCommand]]:
+        session = await repos.sessions.get(workspace_id, session_id)
+        if session is None:
+            return []
+        link = ctx.runtimes.link_for(workspace_id, session.agent_target_id, session.provider)
+        if link is None:
+            return []
+        rows = await repos.commands.pending_of(workspace_id, [session_id])
+        return [(link, await _mark_dispatched(repos, ctx, row)) for row in rows]
+
+    sent = await activity_runner(ctx.database.engine).run(run)
+    for link, command in sent:
+        link.send(command)
+    return len(sent)
+
+
+async def resend_unacknowledged(ctx: HostContext, link: RuntimeLinkHandle) -> int:
+    """Give a (re)connected link every unacknowledged command of the Sessions it serves."""
+
+    async def run(repos: ActivityRepositories) -> list[OutboundCommand]:
+        served: list[int] = []
+        sessions: dict[tuple[str, str], bool] = {}
+        for row in await repos.commands.unacknowledged():
+            key = (row.workspace_id, row.session_id)
+            if key not in sessions:
+                session = await repos.sessions.get(*key)
+                sessions[key] = session is not None and link.identity.serves(
+                    session.workspace_id, session.agent_target_id, session.provider
+                )
+            if sessions[key]:
+                served.append(row.id)
+        # Locked and re-checked: a row acknowledged or withdrawn meanwhile is not re-sent.
+        locked = await repos.commands.lock_open(served)
+        return [await _mark_dispatched(repos, ctx, row) for row in locked]
+
+    commands = await activity_runner(ctx.database.engine).run(run)
+    for command in commands:
+        link.send(command)
+    return len(commands)
+
+
+async def _mark_dispatched(
+    repos: ActivityRepositories, ctx: HostContext, row: RuntimeCommandOutbox
+) -> OutboundCommand:
+    now = ctx.clock()
+    row.state = "dispatched"
+    row.attempts += 1
+    row.updated_at_unix_ms = now
+    if row.operation_id is not None:
+        # HOST-INT-3: the operation is ``pending`` until dispatched, then ``resolving``.
+        operation = await repos.operations.get(row.workspace_id, row.operation_id)
+        if operation is not None and operation.state == "pending":
+            operation.state = "resolving"
+            operation.attempts += 1
+            operation.updated_at_unix_ms = now
+    return _outbound(row)
+
+
+async def record_ack(repos: ActivityRepositories, ctx: HostContext, ack: CommandAck) -> None:
+    """Record a runtime's acknowledgement on its outbox row (in the open transaction).
+
+    ``accepted`` completes the row; ``rejected`` (an explicit provider rejection) fails it
+    for good; ``failed`` puts it back to ``pending`` so the next dispatch retries it.
+
+    Retention: a completed or failed row is deleted at once, unless it delivers a response
+    operation that has not completed — a runtime ``pending`` disposition may still put that
+    row back to ``pending`` (HOST-INT-3). Such rows are deleted in bounded batches by later
+    acknowledgements once their operation completes. A rejected ``apply_settings`` stays
+    ``failed`` until its waiter settles it (:func:`withdraw_awaited`). A repeated
+    acknowledgement of a deleted row finds nothing and is ignored, exactly like one of a
+    completed row. The row is read under its lock, so an acknowledgement and a withdrawal of
+    the same command serialize.
+    """
+    row = await repos.commands.by_command_id(ack.command_id, lock=True)
+    if row is None:
+        _log.info("acknowledgement for unknown command %s", ack.command_id)
+        return
+    if row.state in ACKNOWLEDGED:
+        return
+    now = ctx.clock()
+    row.updated_at_unix_ms = now
+    if ack.status == "accepted":
+        row.state = "completed"
+    elif ack.status == "rejected":
+        row.state = "failed"
+        row.last_error = ack.reason or ack.message or "rejected"
+        _log.info("runtime rejected command %s: %s", row.command_id, row.last_error)
+    else:
+        row.state = "pending"
+        row.last_error = ack.reason or ack.message or "failed"
+    operation = None
+    if row.operation_id is not None:
+        operation = await repos.operations.get(row.workspace_id, row.operation_id)
+        if operation is not None and operation.state != "completed" and ack.status == "failed":
+            operation.state = "pending"
+            operation.last_error = row.last_error
+            operation.updated_at_unix_ms = now
+    if row.state in ACKNOWLEDGED:
+        # A rejected apply_settings stays until its waiter settled it (withdraw_awaited): the
+        # row left behind is how the waiter tells a rejection from an acceptance it missed.
+        kept = row.command_kind == "apply_settings" and row.state == "failed"
+        if not kept and (operation is None or operation.state == "completed"):
+            await repos.commands.delete(row)
+        await repos.commands.prune_settled_operations()
+
+
+@dataclass(frozen=True)
+class Withdrawal:
+    """How an awaited command ended once its waiter gave up on the acknowledgement.
+
+    Attributes:
+        outcome: ``accepted`` (an acceptance committed first), ``rejected`` (a rejection
+            committed first) or ``withdrawn`` (no verdict: the row is deleted and the command
+            is never sent again).
+        in_flight: For ``withdrawn``: the command had been handed to a link and no verdict
+            came back, so a runtime may have received it.
+        detail: The runtime's reason of a rejection.
+    """
+
+    outcome: str
+    in_flight: bool = False
+    detail: str | None = None
+
+
+async def withdraw_awaited(repos: ActivityRepositories, command_id: str) -> Withdrawal:
+    """Settle an awaited command whose acknowledgement did not come in time (or the link closed).
+
+    Runs against a racing acknowledgement: both lock the row (Postgres) or hold the write lock
+    (SQLite), so exactly one commits first. An acceptance deletes the row, a rejection of an
+    ``apply_settings`` keeps it ``failed`` (:func:`record_ack`), so the row left behind says
+    which verdict won; an unacknowledged row is deleted here, and a later acknowledgement finds
+    nothing and is ignored. Only for commands without a response operation.
+    """
+    row = await repos.commands.by_command_id(command_id, lock=True)
+    if row is None:
+        return Withdrawal("accepted")
+    await repos.commands.delete(row)
+    if row.state == "completed":
+        return Withdrawal("accepted")
+    if row.state == "failed":
+        return Withdrawal("rejected", detail=row.last_error)
+    return Withdrawal("withdrawn", in_flight=row.state == "dispatched")

@@ -1,0 +1,399 @@
+"""Interactions: runtime transitions, the durable response operation, attention (HOST-INT-*).
+
+Status model (ADR 0013): ``pending -> resolving -> answered | superseded | interrupted`` and
+``pending -> superseded | interrupted``. A terminal status never changes again and nothing
+returns to ``pending``. A user response claims the Interaction (``pending -> resolving``,
+the provisional ``answered`` claim and the answer stored) in one transaction with its
+durable operation and the outbox command; the runtime's disposition completes both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+import uuid
+from dataclasses import dataclass
+
+from domainerrors import (
+    AlreadyExists,
+    FailedPrecondition,
+    FieldViolation,
+    InvalidArgument,
+    NotFound,
+)
+from services.host.context import HostContext
+from services.host.repository.activity_scope import ActivityRepositories, activity_runner
+from services.host.turns import command_outbox
+from store.models import Interaction, InteractionResponseOperation, Session
+
+TERMINAL = frozenset({"answered", "superseded", "interrupted"})
+REPORTABLE = frozenset({"pending", "superseded"})
+"""The only statuses a runtime report may submit (HOST-INT-1)."""
+MAX_WAIT_MS = 30_000
+
+
+@dataclass(frozen=True)
+class TransitionInput:
+    """A runtime's Interaction transition (the immutable identity plus presentation)."""
+
+    turn_id: str
+    request_id: str
+    status: str
+    kind: str
+    tool_name: str | None
+    input_json: str
+    metadata_json: str
+    title: str
+    summary: str
+    options_json: str | None
+    occurred_at_unix_ms: int
+
+
+@dataclass(frozen=True)
+class TransitionOutcome:
+    """``applied`` | ``already_applied`` | ``conflict``, and whether it was a stale replay."""
+
+    outcome: str
+    stale: bool = False
+    detail: str | None = None
+
+
+def _conflict(row: Interaction, item: TransitionInput) -> str | None:
+    for name, stored, reported in (
+        ("kind", row.kind, item.kind),
+        ("tool_name", row.tool_name, item.tool_name),
+        ("input", row.input_json or "", item.input_json),
+        ("metadata", row.metadata_json or "", item.metadata_json),
+    ):
+        if stored != reported:
+            return f"{name} changed"
+    return None
+
+
+async def persist_transition(
+    repos: ActivityRepositories, session: Session, item: TransitionInput, now: int
+) -> TransitionOutcome:
+    """Persist one runtime transition by the full tuple (HOST-INT-2).
+
+    The caller has checked ``item.status`` is reportable and that the Turn exists.
+    """
+    ws, sid = session.workspace_id, session.session_id
+    turn = await repos.turns.get(ws, sid, item.turn_id)
+    assert turn is not None  # checked by the caller
+    row = await repos.interactions.get(ws, sid, item.turn_id, item.request_id)
+    if row is not None:
+        conflict = _conflict(row, item)
+        if conflict is not None:
+            return TransitionOutcome("conflict", detail=conflict)
+        if row.status in TERMINAL or row.status == item.status:
+            return TransitionOutcome("already_applied", stale=row.status != item.status)
+        if item.status == "pending":
+            # resolving -> pending would hand a claimed Interaction back: never.
+            return TransitionOutcome("already_applied", stale=True)
+        row.status = item.status
+        row.version += 1
+        row.updated_at_unix_ms = now
+        await _complete_operations(repos, row, item.status, now, detail="superseded by runtime")
+        return TransitionOutcome("applied")
+    stale = turn.phase == "settled" and item.status == "pending"
+    repos.interactions.add(
+        Interaction(
+            workspace_id=ws,
+            session_id=sid,
+            turn_id=item.turn_id,
+            request_id=item.request_id,
+            kind=item.kind,
+            # A settled Turn cannot acquire a pending Interaction: the late report is kept
+            # as evidence, already superseded and never actionable.
+            status="superseded" if stale else item.status,
+            tool_name=item.tool_name,
+            input_json=item.input_json,
+            metadata_json=item.metadata_json,
+            title=item.title,
+            summary=item.summary,
+            options_json=item.options_json,
+            actionable=not stale and item.status == "pending",
+            version=1,
+            occurred_at_unix_ms=item.occurred_at_unix_ms or now,
+            created_at_unix_ms=now,
+            updated_at_unix_ms=now,
+        )
+    )
+    return TransitionOutcome("applied", stale=stale)
+
+
+async def _complete_operations(
+    repos: ActivityRepositories, row: Interaction, disposition: str, now: int, *, detail: str
+) -> None:
+    for operation in await repos.operations.open_for_interaction(
+        row.workspace_id, row.session_id, row.turn_id, row.request_id
+    ):
+        operation.state = "completed"
+        operation.disposition = disposition
+        operation.completed_at_unix_ms = now
+        operation.updated_at_unix_ms = now
+        operation.last_error = detail
+
+
+# ------------------------------------------------------------------ response operation
+
+
+@dataclass(frozen=True)
+class ResponseRequest:
+    """A validated ``SubmitInteractionResponse``."""
+
+    workspace_id: str
+    session_id: str
+    turn_id: str
+    request_id: str
+    action: str
+    option_id: str | None
+    payload_json: str | None
+    idempotency_key: str
+    wait_timeout_ms: int = 0
+
+    def fingerprint(self) -> str:
+        """Digest of the tuple and the answer: what an identical replay must match."""
+        body = [
+            self.session_id,
+            self.turn_id,
+            self.request_id,
+            self.action,
+            self.option_id,
+            self.payload_json,
+        ]
+        return hashlib.sha256(json.dumps(body).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class OperationView:
+    """An operation with its Interaction's current state."""
+
+    operation: InteractionResponseOperation
+    interaction: Interaction | None
+    replayed: bool = False
+
+
+def validate_response(request: ResponseRequest) -> None:
+    """Reject malformed responses (SEC-2)."""
+    violations = [
+        FieldViolation(name, "is required")
+        for name, value in (
+            ("session_id", request.session_id),
+            ("turn_id", request.turn_id),
+            ("request_id", request.request_id),
+            ("action", request.action),
+            ("idempotency_key", request.idempotency_key),
+        )
+        if not value
+    ]
+    if request.payload_json is not None:
+        try:
+            json.loads(request.payload_json)
+        except (ValueError, RecursionError):  # RecursionError: nested too deep (SEC-4)
+            violations.append(FieldViolation("payload_json", "must be a JSON value"))
+    if request.wait_timeout_ms < 0:
+        violations.append(FieldViolation("wait_timeout_ms", "must not be negative"))
+    if violations:
+        raise InvalidArgument(
+            f"invalid response: {violations[0].field} {violations[0].description}",
+            field_violations=violations,
+        )
+
+
+async def submit_response(ctx: HostContext, request: ResponseRequest) -> OperationView:
+    """Create (or replay) the durable response operation (HOST-INT-3).
+
+    Raises:
+        NotFound: ``INTERACTION_NOT_FOUND``.
+        AlreadyExists: ``IDEMPOTENCY_KEY_CONFLICT`` (changed or partial replay).
+        FailedPrecondition: ``INTERACTION_NOT_ACTIONABLE``.
+    """
+    validate_response(request)
+    runner = activity_runner(ctx.database.engine)
+
+    async def run(repos: ActivityRepositories) -> tuple[str, bool]:
+        ws = request.workspace_id
+        earlier = await repos.operations.by_key(ws, request.idempotency_key)
+        if earlier is not None:
+            if earlier.request_fingerprint != request.fingerprint():
+                raise AlreadyExists(
+                    "idempotency_key was used for a different response",
+                    reason="IDEMPOTENCY_KEY_CONFLICT",
+                    metadata={"operation_id": earlier.operation_id},
+                )
+            return earlier.operation_id, True
+        session = await repos.sessions.get(ws, request.session_id, lock=True)
+        row = await repos.interactions.get(
+            ws, request.session_id, request.turn_id, request.request_id
+        )
+        if session is None or row is None:
+            raise NotFound("Interaction not found", reason="INTERACTION_NOT_FOUND")
+        turn = await repos.turns.get(ws, request.session_id, request.turn_id)
+        if row.status != "pending" or not row.actionable or turn is None or turn.phase == "settled":
+            raise FailedPrecondition(
+                f"Interaction is {row.status}, not actionable",
+                reason="INTERACTION_NOT_ACTIONABLE",
+                metadata={"status": row.status},
+            )
+        now = ctx.clock()
+        operation_id = f"op-{uuid.uuid4()}"
+        repos.operations.add(
+            InteractionResponseOperation(
+                workspace_id=ws,
+                operation_id=operation_id,
+                idempotency_key=request.idempotency_key,
+                session_id=request.session_id,
+                turn_id=request.turn_id,
+                request_id=request.request_id,
+                request_fingerprint=request.fingerprint(),
+                action=request.action,
+                option_id=request.option_id,
+                answer_json=request.payload_json,
+                state="pending",
+                attempts=0,
+                created_at_unix_ms=now,
+                updated_at_unix_ms=now,
+            )
+        )
+        row.status = "resolving"
+        row.answer_json = json.dumps(
+            {
+                "action": request.action,
+                "option_id": request.option_id,
+                "payload_json": request.payload_json,
+                "answered_at_unix_ms": now,
+                "claim": "answered",
+            }
+        )
+        row.version += 1
+        row.updated_at_unix_ms = now
+        payload: dict[str, object] = {
+            "operationId": operation_id,
+            "turnId": request.turn_id,
+            "requestId": request.request_id,
+            "action": request.action,
+        }
+        if request.option_id is not None:
+            payload["optionId"] = request.option_id
+        if request.payload_json is not None:
+            payload["payloadJson"] = request.payload_json
+        command_outbox.enqueue(
+            repos,
+            ctx,
+            session,
+            "deliver_interaction_response",
+            payload,
+            operation_id=operation_id,
+        )
+        return operation_id, False
+
+    operation_id, replayed = await runner.run(run)
+    view = await get_operation(ctx, request.workspace_id, operation_id)
+    deadline = time.monotonic() + min(request.wait_timeout_ms, MAX_WAIT_MS) / 1000
+    while view.operation.state != "completed" and time.monotonic() < deadline:
+        # A cancelled wait (the caller going away) only stops this loop; the operation
+        # itself is durable and keeps going (HOST-INT-3).
+        await asyncio.sleep(0.05)
+        view = await get_operation(ctx, request.workspace_id, operation_id)
+    return OperationView(view.operation, view.interaction, replayed)
+
+
+async def get_operation(ctx: HostContext, workspace_id: str, operation_id: str) -> OperationView:
+    """Read an operation and its Interaction.
+
+    Raises:
+        NotFound: ``OPERATION_NOT_FOUND``.
+    """
+
+    async def run(repos: ActivityRepositories) -> OperationView:
+        operation = await repos.operations.get(workspace_id, operation_id)
+        if operation is None:
+            raise NotFound(f"operation {operation_id!r} not found", reason="OPERATION_NOT_FOUND")
+        interaction = await repos.interactions.get(
+            workspace_id, operation.session_id, operation.turn_id, operation.request_id
+        )
+        return OperationView(operation, interaction)
+
+    return await activity_runner(ctx.database.engine).run(run, write=False)
+
+
+@dataclass(frozen=True)
+class DispositionInput:
+    """The runtime's disposition of a delivered response."""
+
+    operation_id: str
+    command_id: str
+    turn_id: str
+    request_id: str
+    disposition: str
+    detail: str | None
+
+
+async def apply_disposition(
+    repos: ActivityRepositories, session: Session, item: DispositionInput, now: int
+) -> TransitionOutcome:
+    """Record the runtime's disposition: ``pending`` releases the claim for a retry,
+    ``resolving`` keeps waiting, a terminal status completes the operation (HOST-INT-3)."""
+    operation = await repos.operations.get(session.workspace_id, item.operation_id)
+    if (
+        operation is None
+        or operation.session_id != session.session_id
+        or operation.turn_id != item.turn_id
+        or operation.request_id != item.request_id
+    ):
+        return TransitionOutcome("rejected", detail="disposition for an unknown operation tuple")
+    if operation.state == "completed":
+        same = operation.disposition == item.disposition
+        return TransitionOutcome("already_applied", stale=not same)
+    operation.updated_at_unix_ms = now
+    if item.disposition == "resolving":
+        changed = operation.state != "resolving"
+        operation.state = "resolving"
+        return TransitionOutcome("applied" if changed else "already_applied")
+    if item.disposition == "pending":
+        # The provider still waits for an answer: release the claim so the durable
+        # operation re-dispatches (the Interaction stays claimed, never back to pending).
+        operation.state = "pending"
+        operation.last_error = item.detail or "runtime reported pending"
+        if item.command_id:
+            command = await repos.commands.get(session.workspace_id, item.command_id)
+            if command is not None:
+                command.state = "pending"
+                command.updated_at_unix_ms = now
+        return TransitionOutcome("applied")
+    operation.state = "completed"
+    operation.disposition = item.disposition
+    operation.completed_at_unix_ms = now
+    operation.last_error = item.detail
+    interaction = await repos.interactions.get(
+        session.workspace_id, session.session_id, item.turn_id, item.request_id
+    )
+    if interaction is not None and interaction.status not in TERMINAL:
+        interaction.status = item.disposition
+        interaction.version += 1
+        interaction.updated_at_unix_ms = now
+    return TransitionOutcome("applied")
+
+
+# ------------------------------------------------------------------------ attention
+
+
+@dataclass(frozen=True)
+class AttentionEntry:
+    """One actionable target (HOST-INT-4)."""
+
+    interaction: Interaction
+    session: Session
+
+
+async def list_attention(ctx: HostContext, workspace_id: str) -> list[AttentionEntry]:
+    """Every actionable pending Interaction of the workspace, oldest first."""
+
+    async def run(repos: ActivityRepositories) -> list[AttentionEntry]:
+        rows = await repos.interactions.attention(workspace_id)
+        return [AttentionEntry(interaction, session) for interaction, session in rows]
+
+    return await activity_runner(ctx.database.engine).run(run, write=False)

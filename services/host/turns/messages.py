@@ -1,0 +1,141 @@
+"""Transcript messages: version-cursor paging and snapshot writes (HOST-MSG-1, HOST-MSG-2).
+
+Every write takes the next Session ``message_version`` as the message's ``version``; a new
+message also takes the next ``sequence``, which never changes afterwards. Host sets
+``user_visible_assistant_response`` on every row it writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from domainerrors import InvalidArgument
+from services.host.context import HostContext
+from services.host.model.cursor_bounds import parse_cursor_argument
+from services.host.model.session_rules import session_not_found
+from services.host.repository.activity_scope import ActivityRepositories, activity_runner
+from store.models import Message, Session
+
+DEFAULT_MESSAGE_PAGE = 200
+MAX_MESSAGE_PAGE = 1000
+
+_VISIBLE = {
+    ("assistant", "text"),
+    ("assistant", "plan"),
+    ("assistant", "error"),
+    ("system", "error"),
+}
+
+
+def user_visible(role: str, kind: str) -> bool:
+    """HOST-MSG-1: true for user-facing assistant text, plans and visible failures."""
+    return (role, kind) in _VISIBLE
+
+
+@dataclass(frozen=True)
+class MessagePage:
+    """A page of messages and the Session's high-water version."""
+
+    messages: list[Message]
+    latest_version: int
+    has_more: bool
+
+
+async def list_messages(
+    ctx: HostContext,
+    workspace_id: str,
+    session_id: str,
+    *,
+    after_version: int | None,
+    before_version: int | None,
+    limit: int,
+    descending: bool,
+) -> MessagePage:
+    """Page messages strictly between the version bounds (HOST-MSG-2).
+
+    Raises:
+        InvalidArgument: a cursor outside ``[0, 2^53-1]`` or a negative limit.
+        NotFound: ``SESSION_NOT_FOUND``.
+    """
+    if after_version is not None:
+        parse_cursor_argument(after_version, field="after_version")
+    if before_version is not None:
+        parse_cursor_argument(before_version, field="before_version")
+    if limit < 0:
+        raise InvalidArgument.for_field("limit", "must not be negative")
+    size = min(limit or DEFAULT_MESSAGE_PAGE, MAX_MESSAGE_PAGE)
+
+    async def run(repos: ActivityRepositories) -> MessagePage:
+        session = await repos.sessions.get(workspace_id, session_id)
+        if session is None:
+            raise session_not_found(workspace_id, session_id)
+        rows = await repos.messages.page(
+            workspace_id,
+            session_id,
+            after_version=after_version,
+            before_version=before_version,
+            limit=size + 1,
+            descending=descending,
+        )
+        return MessagePage(rows[:size], session.message_version, len(rows) > size)
+
+    return await activity_runner(ctx.database.engine).run(run, write=False)
+
+
+@dataclass(frozen=True)
+class SnapshotWrite:
+    """What writing a snapshot did: ``changed`` false for an exact replay."""
+
+    changed: bool
+    message: Message
+
+
+async def write_snapshot(
+    repos: ActivityRepositories,
+    session: Session,
+    *,
+    message_id: str,
+    turn_id: str | None,
+    role: str,
+    kind: str,
+    payload_json: str,
+    occurred_at_unix_ms: int,
+    now: int,
+) -> SnapshotWrite:
+    """Insert or update one message; an identical snapshot changes nothing."""
+    existing = await repos.messages.get(session.workspace_id, session.session_id, message_id)
+    if existing is not None:
+        if (
+            existing.payload_json == payload_json
+            and existing.kind == kind
+            and existing.role == role
+        ):
+            return SnapshotWrite(False, existing)
+        existing.payload_json = payload_json
+        existing.kind = kind
+        existing.role = role
+        existing.user_visible_assistant_response = user_visible(role, kind)
+        existing.version = repos.sessions.next_message_version(session)
+        existing.occurred_at_unix_ms = occurred_at_unix_ms
+        existing.updated_at_unix_ms = now
+        session.updated_at_unix_ms = max(session.updated_at_unix_ms, now)
+        return SnapshotWrite(True, existing)
+    sequence, version = repos.sessions.next_message_cursor(session)
+    message = Message(
+        workspace_id=session.workspace_id,
+        session_id=session.session_id,
+        message_id=message_id,
+        sequence=sequence,
+        version=version,
+        turn_id=turn_id,
+        occurred_at_unix_ms=occurred_at_unix_ms,
+        created_at_unix_ms=now,
+        updated_at_unix_ms=now,
+        role=role,
+        kind=kind,
+        payload_json=payload_json,
+        user_visible_assistant_response=user_visible(role, kind),
+    )
+    repos.messages.add(message)
+    session.updated_at_unix_ms = max(session.updated_at_unix_ms, now)
+    return SnapshotWrite(True, message)

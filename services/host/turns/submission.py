@@ -1,0 +1,505 @@
+"""``SendInput``: the durable submit barrier and delivery modes (HOST-TURN-1..3).
+
+One transaction persists the Turn (for ``new_turn`` and ``interrupt``), the Session
+projection and the user message ``client-submit:user:<client_submit_id>`` referencing
+that Turn, plus the runtime command in the outbox; the Turn is then read back by its
+``client_submit_id`` before the call succeeds. The user message id doubles as the
+idempotency record of every delivery (the message primary key makes the
+``client_submit_id`` unique per Session), so an identical replay returns what the first
+call stored and a replay with different content is ``CLIENT_SUBMIT_CONFLICT``.
+
+Nothing is persisted when the call fails: not for a missing runtime
+(``RUNTIME_UNAVAILABLE``), an active Turn (``TURN_ACTIVE``), a guidance target that is not
+the active Turn (``GUIDANCE_TARGET_NOT_ACTIVE``) or an unadvertised delivery mode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from domainerrors import (
+    AlreadyExists,
+    FailedPrecondition,
+    FieldViolation,
+    InvalidArgument,
+    Unavailable,
+)
+from services.host.context import HostContext
+from services.host.model.records import Capabilities, SessionSettingsValue, json_object
+from services.host.model.session_rules import session_not_found
+from services.host.repository.activity_scope import ActivityRepositories, activity_runner
+from services.host.turns import command_outbox, lifecycle, mentions
+from services.host.turns.reference_metadata import (
+    ReferenceMeta,
+    encode_references,
+    reference_to_json,
+)
+from store.models import Message, Session, Turn
+
+DELIVERIES = ("new_turn", "guidance", "interrupt")
+MAX_CONTENT_CHARS = 1_048_576
+MAX_SUBMIT_ID_CHARS = 256
+RUNTIME_RETRY_SECONDS = 5.0
+
+_MODE_ENUM = {
+    "agent": "COMPOSER_MODE_AGENT",
+    "plan": "COMPOSER_MODE_PLAN",
+    "goal": "COMPOSER_MODE_GOAL",
+}
+
+
+def user_message_id(client_submit_id: str) -> str:
+    """The stable id of a submission's user row (HOST-TURN-1)."""
+    return f"client-submit:user:{client_submit_id}"
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A validated ``SendInput`` request in domain terms."""
+
+    workspace_id: str
+    session_id: str
+    client_submit_id: str
+    delivery: str
+    target_turn_id: str | None
+    mode: str
+    content: str
+    references: tuple[ReferenceMeta, ...] = ()
+
+    def fingerprint(self) -> str:
+        """Digest of everything that makes two submissions the same one."""
+        body = {
+            "delivery": self.delivery,
+            "target_turn_id": self.target_turn_id,
+            "mode": self.mode,
+            "content": self.content,
+            "references": encode_references(self.references),
+        }
+        encoded = json.dumps(body, sort_keys=True, ensure_ascii=False).encode()
+        return hashlib.sha256(encoded).hexdigest()
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """What ``SendInput`` returns: the authoritative rows after the submission."""
+
+    turn: Turn
+    user_message: Message
+    session: Session
+    replayed: bool
+    interrupted_turn_id: str | None = None
+
+
+def validate(submission: Submission, *, field_prefix: str = "", rpc: str = "SendInput") -> None:
+    """Reject malformed input before anything is read (SEC-2, HOST-TURN-3).
+
+    Args:
+        submission: the request in domain terms.
+        field_prefix: request path of the submission fields (``initial_input.`` when
+            ``CreateSession`` carries the first input).
+        rpc: the RPC named in the error message.
+
+    Raises:
+        InvalidArgument: with one violation per bad field.
+    """
+    violations: list[FieldViolation] = []
+
+    def bad(name: str, description: str) -> None:
+        violations.append(FieldViolation(f"{field_prefix}{name}", description))
+
+    if not submission.session_id:
+        bad("session_id", "must name a Session")
+    if not submission.client_submit_id:
+        bad("client_submit_id", "is required")
+    elif len(submission.client_submit_id) > MAX_SUBMIT_ID_CHARS:
+        bad("client_submit_id", f"must be at most {MAX_SUBMIT_ID_CHARS} characters")
+    if submission.delivery not in DELIVERIES:
+        bad("delivery", "must be new_turn, guidance or interrupt")
+    if submission.delivery == "guidance" and not submission.target_turn_id:
+        bad("target_turn_id", "is required for guidance")
+    if submission.delivery != "guidance" and submission.target_turn_id is not None:
+        bad("target_turn_id", "is only allowed for guidance")
+    if not submission.content.strip() and not submission.references:
+        bad("content", "must not be empty")
+    if len(submission.content) > MAX_CONTENT_CHARS:
+        bad("content", "is larger than 1 MiB")
+    if violations:
+        raise InvalidArgument(
+            f"invalid {rpc}: {violations[0].field} {violations[0].description}",
+            field_violations=violations,
+        )
+
+
+async def send_input(ctx: HostContext, submission: Submission) -> SubmitResult:
+    """Persist a submission and hand its command to the runtime (HOST-TURN-1..3).
+
+    Runs in the Session's mutation lane, so two submissions to one Session never
+    interleave (HOST-LANE-1); the store transaction (``BEGIN IMMEDIATE`` on SQLite, a
+    row lock on Postgres) keeps that true across processes too.
+    """
+    validate(submission)
+    runner = activity_runner(ctx.database.engine)
+    async with ctx.lanes.hold(submission.workspace_id, submission.session_id):
+        stored = await runner.run(lambda repos: persist_submission(ctx, repos, submission))
+        replayed, interrupted = stored
+        return await runner.run(
+            lambda repos: read_back(repos, submission, replayed, interrupted), write=False
+        )
+
+
+async def read_back(
+    repos: ActivityRepositories,
+    submission: Submission,
+    replayed: bool,
+    interrupted: str | None,
+) -> SubmitResult:
+    """Read the submission back through its durable identity (HOST-TURN-1)."""
+    ws, sid = submission.workspace_id, submission.session_id
+    message = await repos.messages.get(ws, sid, user_message_id(submission.client_submit_id))
+    session = await repos.sessions.get(ws, sid)
+    turn = None
+    if message is not None and message.turn_id is not None:
+        if submission.delivery == "guidance":
+            turn = await repos.turns.get(ws, sid, message.turn_id)
+        else:
+            turn = await repos.turns.by_client_submit_id(ws, sid, submission.client_submit_id)
+    if message is None or session is None or turn is None:
+        raise Unavailable(
+            "the submission could not be read back; retry with the same client_submit_id",
+            reason="SUBMIT_NOT_DURABLE",
+            retry_after_seconds=1.0,
+        )
+    return SubmitResult(turn, message, session, replayed, interrupted)
+
+
+async def persist_submission(
+    ctx: HostContext, repos: ActivityRepositories, submission: Submission
+) -> tuple[bool, str | None]:
+    """Write a validated submission in the open transaction (the caller holds the lane).
+
+    ``SendInput`` runs it alone; ``CreateSession`` runs it in the transaction that
+    inserts the Session, so a Session with ``initial_input`` exists only with its Turn.
+
+    Returns:
+        ``(replayed, interrupted_turn_id)``.
+
+    Raises:
+        NotFound, FailedPrecondition, Unavailable, AlreadyExists: see :func:`send_input`;
+            nothing of the transaction commits.
+    """
+    ws, sid = submission.workspace_id, submission.session_id
+    session = await repos.sessions.lock_with_root(ws, sid)
+    if session is None or session.deleted_at_unix_ms is not None:
+        raise session_not_found(ws, sid)
+    existing = await repos.messages.get(ws, sid, user_message_id(submission.client_submit_id))
+    if existing is not None:
+        await _check_replay(repos, submission, existing)
+        return True, None
+
+    capabilities = Capabilities.from_json(session.capabilities_json)
+    target = None
+    if session.agent_target_id:
+        target = await repos.sessions.target(ws, session.agent_target_id)
+        if target is not None:
+            if not target.enabled:
+                raise FailedPrecondition(
+                    f"agent target {session.agent_target_id!r} is disabled",
+                    reason="AGENT_TARGET_UNAVAILABLE",
+                )
+            capabilities = Capabilities.from_json(target.capabilities_json)
+    link = ctx.runtimes.link_for(ws, session.agent_target_id, session.provider)
+    if link is None:
+        raise Unavailable(
+            f"no runtime serving {session.provider!r} is connected",
+            reason="RUNTIME_UNAVAILABLE",
+            metadata={
+                "provider": session.provider,
+                "agent_target_id": session.agent_target_id or "",
+            },
+            retry_after_seconds=RUNTIME_RETRY_SECONDS,
+        )
+    if submission.delivery in ("guidance", "interrupt"):
+        advertised = getattr(capabilities, submission.delivery) and bool(
+            link.identity.capabilities.get(submission.delivery)
+        )
+        if not advertised:
+            raise FailedPrecondition(
+                f"the target does not support {submission.delivery} delivery",
+                reason="DELIVERY_MODE_UNSUPPORTED",
+                metadata={"delivery": submission.delivery},
+            )
+
+    now = ctx.clock()
+    active = (
+        await repos.turns.get(ws, sid, session.active_turn_id) if session.active_turn_id else None
+    )
+    if active is not None and not lifecycle.is_active(active):
+        active = None  # a stale reference never blocks a submission
+    rewrite = _rewrite(session, submission)
+    if submission.delivery == "guidance":
+        if active is None or active.turn_id != submission.target_turn_id:
+            raise FailedPrecondition(
+                f"Turn {submission.target_turn_id!r} is not the active Turn",
+                reason="GUIDANCE_TARGET_NOT_ACTIVE",
+                metadata={"target_turn_id": submission.target_turn_id or ""},
+            )
+        message = _user_message(repos, session, active, submission, rewrite, now)
+        command_outbox.enqueue(
+            repos,
+            ctx,
+            session,
+            "guidance",
+            {
+                "targetTurnId": active.turn_id,
+                "userMessageId": message.message_id,
+                "prompt": rewrite.prompt,
+                "references": [reference_to_json(r) for r in submission.references],
+            },
+        )
+        return False, None
+
+    interrupted: str | None = None
+    if active is not None:
+        if submission.delivery == "new_turn":
+            raise FailedPrecondition(
+                f"Turn {active.turn_id!r} is active",
+                reason="TURN_ACTIVE",
+                metadata={"active_turn_id": active.turn_id},
+            )
+        # An interrupt delivery stops the active Turn, then starts the new one. The
+        # replaced Turn settles `canceled` (`interrupted` is reserved for delete and
+        # runtime loss, HOST-TURN-5).
+        await lifecycle.settle(repos, session, active, "canceled", now)
+        command_outbox.enqueue(
+            repos,
+            ctx,
+            session,
+            "interrupt_turn",
+            {"turnId": active.turn_id, "reason": "INTERRUPT_REASON_DELIVERY"},
+        )
+        interrupted = active.turn_id
+
+    turn = Turn(
+        workspace_id=ws,
+        session_id=sid,
+        turn_id=f"turn-{uuid.uuid4()}",
+        client_submit_id=submission.client_submit_id,
+        submit_fingerprint=submission.fingerprint(),
+        phase="queued",
+        outcome=None,
+        origin="user",
+        delivery=submission.delivery,
+        mode=submission.mode,
+        root_turn_id=None,
+        version=1,
+        created_at_unix_ms=now,
+        updated_at_unix_ms=now,
+    )
+    repos.turns.add(turn)
+    await repos.turns.flush()
+    session.active_turn_id = turn.turn_id
+    session.updated_at_unix_ms = max(session.updated_at_unix_ms, now)
+    message = _user_message(repos, session, turn, submission, rewrite, now)
+    command_outbox.enqueue(
+        repos,
+        ctx,
+        session,
+        "start_turn",
+        {
+            "turnId": turn.turn_id,
+            "origin": "TURN_ORIGIN_USER",
+            "clientSubmitId": submission.client_submit_id,
+            "userMessageId": message.message_id,
+            "prompt": rewrite.prompt,
+            "mode": _MODE_ENUM.get(submission.mode, "COMPOSER_MODE_AGENT"),
+            "references": [reference_to_json(r) for r in submission.references],
+            "session": await session_context(repos, session),
+        },
+    )
+    return False, interrupted
+
+
+async def _check_replay(
+    repos: ActivityRepositories, submission: Submission, message: Message
+) -> None:
+    """An earlier submission used this id: identical is a replay, anything else a conflict."""
+    ws, sid = submission.workspace_id, submission.session_id
+    turn = await repos.turns.by_client_submit_id(ws, sid, submission.client_submit_id)
+    if turn is not None:
+        same = turn.submit_fingerprint == submission.fingerprint()
+    else:
+        # A guidance row: its identity is the guided Turn, the typed text and references.
+        typed = message.command if message.command is not None else _text(message)
+        same = (
+            submission.delivery == "guidance"
+            and message.turn_id == submission.target_turn_id
+            and typed == submission.content
+            and message.references_json == encode_references(submission.references)
+        )
+    if not same:
+        raise AlreadyExists(
+            f"client_submit_id {submission.client_submit_id!r} was used for another submission",
+            reason="CLIENT_SUBMIT_CONFLICT",
+            metadata={"client_submit_id": submission.client_submit_id},
+        )
+
+
+def _text(message: Message) -> str:
+    text = json_object(message.payload_json).get("text")
+    return text if isinstance(text, str) else ""
+
+
+@dataclass(frozen=True)
+class _Rewrite:
+    prompt: str
+    command: str | None
+    skill_mentions_json: str | None
+    agent_mentions_json: str | None
+
+
+def _rewrite(session: Session, submission: Submission) -> _Rewrite:
+    """Resolve ``@agent`` and ``/skill:`` tokens against the launch catalog (HOST-MENT-1..3)."""
+    catalog = _launch_catalog(session)
+    resolution = mentions.resolve_mentions(
+        submission.content,
+        mode=mentions.ComposerMode(submission.mode),
+        subagents=catalog,
+        is_workspace_entry=_workspace_entry_check(session),
+    )
+    if resolution is None:
+        return _Rewrite(submission.content, None, None, None)
+    return _Rewrite(
+        resolution.prompt,
+        resolution.command,
+        mentions.encode_skill_mentions(resolution.skill_mentions),
+        mentions.encode_agent_mentions(resolution.agent_mentions),
+    )
+
+
+def _launch_catalog(session: Session) -> list[mentions.Subagent]:
+    raw = getattr(session, "launch_subagents_json", None)
+    try:
+        value: Any = json.loads(raw) if raw else []
+    except ValueError:
+        return []
+    if not isinstance(value, list):
+        return []
+    return [
+        mentions.Subagent(str(item["name"]), str(item.get("description", "")))
+        for item in value
+        if isinstance(item, dict) and isinstance(item.get("name"), str)
+    ]
+
+
+def _workspace_entry_check(session: Session) -> mentions.WorkspaceFileIndex:
+    """The workspace file-index port for this Session: its working directory's entries."""
+    root = Path(session.cwd) if session.cwd else None
+
+    def is_entry(name: str) -> bool:
+        if root is None:
+            return False
+        try:
+            return (root / name).exists()
+        except OSError:
+            return False
+
+    return is_entry
+
+
+def _user_message(
+    repos: ActivityRepositories,
+    session: Session,
+    turn: Turn,
+    submission: Submission,
+    rewrite: _Rewrite,
+    now: int,
+) -> Message:
+    sequence, version = repos.sessions.next_message_cursor(session)
+    message = Message(
+        workspace_id=session.workspace_id,
+        session_id=session.session_id,
+        message_id=user_message_id(submission.client_submit_id),
+        sequence=sequence,
+        version=version,
+        turn_id=turn.turn_id,
+        occurred_at_unix_ms=now,
+        created_at_unix_ms=now,
+        updated_at_unix_ms=now,
+        role="user",
+        kind="text",
+        payload_json=json.dumps({"text": submission.content}, ensure_ascii=False),
+        user_visible_assistant_response=False,
+        command=rewrite.command,
+        skill_mentions_json=rewrite.skill_mentions_json,
+        agent_mentions_json=rewrite.agent_mentions_json,
+        references_json=encode_references(submission.references),
+    )
+    repos.messages.add(message)
+    return message
+
+
+async def session_context(repos: ActivityRepositories, session: Session) -> dict[str, Any]:
+    """The proto3-JSON ``RuntimeSessionContext`` a runtime needs to run the Session."""
+    context: dict[str, Any] = {
+        "agentTargetId": session.agent_target_id or "",
+        "provider": session.provider,
+        "cwd": session.cwd or "",
+        "settings": settings_to_json(SessionSettingsValue.from_json(session.settings_json)),
+        "subagents": [
+            {"name": agent.name, "description": agent.description}
+            for agent in _launch_catalog(session)
+        ],
+    }
+    if session.agent_target_id:
+        target = await repos.sessions.target(session.workspace_id, session.agent_target_id)
+        if target is not None:
+            launch = json_object(target.launch_ref_json)
+            ref = launch.get("runtime_target_ref", launch.get("runtimeTargetRef"))
+            options = launch.get("options_json", launch.get("optionsJson"))
+            context["runtimeTargetRef"] = ref if isinstance(ref, str) else ""
+            context["launchOptionsJson"] = options if isinstance(options, str) else ""
+    resume = json_object(session.provider_resume_json)
+    for key in ("providerSessionRef", "runtimeContextJson"):
+        if isinstance(resume.get(key), str):
+            context[key] = resume[key]
+    if session.parent_session_id:
+        context["parentSessionId"] = session.parent_session_id
+    return context
+
+
+def settings_to_json(settings: SessionSettingsValue) -> Mapping[str, Any]:
+    """The proto3-JSON ``SessionSettings`` of a command payload (unset values omitted)."""
+    values: dict[str, Any] = {
+        "model": settings.model,
+        "reasoningEffort": settings.reasoning_effort,
+        "permissionMode": settings.permission_mode,
+        "speed": settings.speed,
+    }
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def restored_input(message: Message | None) -> str | None:
+    """The text a composer restores after a stop: ``command`` when rewritten, else content."""
+    if message is None:
+        return None
+    return message.command if message.command is not None else _text(message)
+
+
+__all__: Sequence[str] = (
+    "Submission",
+    "SubmitResult",
+    "persist_submission",
+    "read_back",
+    "restored_input",
+    "send_input",
+    "session_context",
+    "settings_to_json",
+    "user_message_id",
+    "validate",
+)
