@@ -185,98 +185,66 @@ class _Recorder:
     def finalize(self, db: OrmSession) -> None:
         """Build and append the commit's events (inside the transaction)."""
         now = self.log.clock()
-        settled: dict[tuple[str, str, str], bool] = {}
-        events: list[tuple[str, DurableEvent]] = []
-        session_state: dict[SessionKey, tuple[str | None, int]] = {}
-
-        def state_of(workspace_id: str, session_id: str) -> tuple[str | None, int]:
-            key = (workspace_id, session_id)
-            if key not in session_state:
-                row = db.execute(
-                    select(Session.active_turn_id, Session.message_version).where(
-                        Session.workspace_id == workspace_id, Session.session_id == session_id
-                    )
-                ).one_or_none()
-                session_state[key] = (None, 0) if row is None else (row[0], int(row[1]))
-            return session_state[key]
-
-        def turn_settled(workspace_id: str, session_id: str, turn_id: str) -> bool:
-            key = (workspace_id, session_id, turn_id)
-            if key not in settled:
-                turn = db.get(Turn, key)
-                settled[key] = turn is not None and turn.phase == "settled"
-            return settled[key]
-
+        state = _FinalState(db)
         turns = [row for row in self.turns.values() if _persistent(row)]
         for row in turns:
-            settled[(row.workspace_id, row.session_id, row.turn_id)] = row.phase == "settled"
+            state.settled[(row.workspace_id, row.session_id, row.turn_id)] = row.phase == "settled"
+        found = _EventSet()
         for key in self.reconcile:
             if key not in self.deleted:
-                events.append((key[0], SessionReconcileRequired(key[1])))
+                found.events.append((key[0], SessionReconcileRequired(key[1])))
         for key, restored in self.restored.items():
-            events.append((key[0], restored))
-        for row in turns:
-            if row.phase != "settled":
-                active, _ = state_of(row.workspace_id, row.session_id)
-                events.append((row.workspace_id, TurnUpdate(turn_record(row), active)))
+            found.events.append((key[0], restored))
+        _add_turn_updates(found, state, turns, settled=False)
         for interaction in self.interactions.values():
             if _persistent(interaction):
-                events.append(
+                found.events.append(
                     (interaction.workspace_id, InteractionUpdate(interaction_record(interaction)))
                 )
+        self._add_message_updates(found, state)
+        _add_turn_updates(found, state, turns, settled=True)
+        for key, deleted in self.deleted.items():
+            found.events.append((key[0], deleted))
+        if not found.events:
+            return
+        settled_keys = tuple(
+            (row.workspace_id, row.session_id, row.turn_id)
+            for row in turns
+            if row.phase == "settled"
+        )
+        self._append(db, now, found, settled_keys)
+
+    def _add_message_updates(self, found: _EventSet, state: _FinalState) -> None:
+        """One ``message_update`` per Session, its Messages in version order."""
         by_session: dict[SessionKey, list[Message]] = {}
         for message in self.messages.values():
             if _persistent(message):
                 by_session.setdefault((message.workspace_id, message.session_id), []).append(
                     message
                 )
-        redundant: dict[int, dict[str, str]] = {}
-        redundant_by_position: dict[int, dict[str, str]] = {}
-        anchors: list[tuple[str, str, str, str, bool]] = []
         for (workspace_id, session_id), rows in by_session.items():
             rows.sort(key=lambda message: message.version)
-            _, latest = state_of(workspace_id, session_id)
-            texts: dict[str, str] | None = {}
-            for message_row in rows:
-                payload = _payload(message_row.payload_json)
-                if message_row.kind == "tool_call" and message_row.turn_id is not None:
-                    phase = str(payload.get("phase") or "")
-                    anchors.append(
-                        (
-                            workspace_id,
-                            session_id,
-                            message_row.message_id,
-                            message_row.turn_id,
-                            phase not in _RUNNING_TOOL_PHASES,
-                        )
-                    )
-                text = payload.get("text")
-                if (
-                    texts is not None
-                    and message_row.kind in _LIVE_TEXT_KINDS
-                    and message_row.turn_id is not None
-                    and isinstance(text, str)
-                    and not turn_settled(workspace_id, session_id, message_row.turn_id)
-                ):
-                    texts[message_row.message_id] = text
-                else:
-                    texts = None
+            _, latest = state.session(workspace_id, session_id)
+            payloads = [(row, _payload(row.payload_json)) for row in rows]
+            found.anchors.extend(_tool_call_anchors(workspace_id, session_id, payloads))
+            texts = _live_texts(state, workspace_id, session_id, payloads)
             if texts:
-                redundant_by_position[len(events)] = texts
-            events.append(
+                found.redundant_by_position[len(found.events)] = texts
+            found.events.append(
                 (
                     workspace_id,
                     MessageUpdate(session_id, tuple(message_record(m) for m in rows), latest),
                 )
             )
-        for row in turns:
-            if row.phase == "settled":
-                active, _ = state_of(row.workspace_id, row.session_id)
-                events.append((row.workspace_id, TurnUpdate(turn_record(row), active)))
-        for key, deleted in self.deleted.items():
-            events.append((key[0], deleted))
-        if not events:
-            return
+
+    def _append(
+        self,
+        db: OrmSession,
+        now: int,
+        found: _EventSet,
+        settled_keys: tuple[tuple[str, str, str], ...],
+    ) -> None:
+        """Append the event rows and queue one :class:`CommittedBatch` per workspace."""
         codec = self.log.codec
         rows_to_append = [
             NewEventRow(
@@ -286,30 +254,11 @@ class _Recorder:
                 payload=codec.encode(workspace_id, now, item),
                 created_at_unix_ms=now,
             )
-            for workspace_id, item in events
+            for workspace_id, item in found.events
         ]
         appended = append_rows(db, rows_to_append)
-        cursor: dict[str, int] = {}
-        stored_by_ws: dict[str, list[StoredEvent]] = {}
-        for position, new_row in enumerate(rows_to_append):
-            ids = appended[new_row.workspace_id][1]
-            index = cursor.get(new_row.workspace_id, 0)
-            cursor[new_row.workspace_id] = index + 1
-            stored = StoredEvent(
-                event_id=ids[index],
-                workspace_id=new_row.workspace_id,
-                session_id=new_row.session_id,
-                event_type=new_row.event_type,
-                payload=new_row.payload,
-                created_at_unix_ms=new_row.created_at_unix_ms,
-            )
-            stored_by_ws.setdefault(new_row.workspace_id, []).append(stored)
-            if position in redundant_by_position:
-                redundant[stored.event_id] = redundant_by_position[position]
-        settled_keys = tuple(
-            (row.workspace_id, row.session_id, row.turn_id)
-            for row in turns
-            if row.phase == "settled"
+        stored_by_ws, redundant = _stored_events(
+            rows_to_append, appended, found.redundant_by_position
         )
         for workspace_id, stored_events in stored_by_ws.items():
             ids_here = {item.event_id for item in stored_events}
@@ -320,9 +269,129 @@ class _Recorder:
                     events=tuple(stored_events),
                     redundant_texts={k: v for k, v in redundant.items() if k in ids_here},
                     settled_turns=tuple(key for key in settled_keys if key[0] == workspace_id),
-                    tool_call_anchors=tuple(a for a in anchors if a[0] == workspace_id),
+                    tool_call_anchors=tuple(a for a in found.anchors if a[0] == workspace_id),
                 )
             )
+
+
+_ToolCallAnchor = tuple[str, str, str, str, bool]
+
+
+@dataclass
+class _FinalState:
+    """Memoized reads of the state a transaction leaves, as its events report it."""
+
+    db: OrmSession
+    sessions: dict[SessionKey, tuple[str | None, int]] = field(default_factory=dict)
+    settled: dict[tuple[str, str, str], bool] = field(default_factory=dict)
+
+    def session(self, workspace_id: str, session_id: str) -> tuple[str | None, int]:
+        """The Session's active Turn id and message version (``(None, 0)`` when gone)."""
+        key = (workspace_id, session_id)
+        if key not in self.sessions:
+            row = self.db.execute(
+                select(Session.active_turn_id, Session.message_version).where(
+                    Session.workspace_id == workspace_id, Session.session_id == session_id
+                )
+            ).one_or_none()
+            self.sessions[key] = (None, 0) if row is None else (row[0], int(row[1]))
+        return self.sessions[key]
+
+    def turn_settled(self, workspace_id: str, session_id: str, turn_id: str) -> bool:
+        """Whether the Turn exists and is settled."""
+        key = (workspace_id, session_id, turn_id)
+        if key not in self.settled:
+            turn = self.db.get(Turn, key)
+            self.settled[key] = turn is not None and turn.phase == "settled"
+        return self.settled[key]
+
+
+@dataclass
+class _EventSet:
+    """A commit's events in order, and what its batches carry beside them."""
+
+    events: list[tuple[str, DurableEvent]] = field(default_factory=list)
+    redundant_by_position: dict[int, dict[str, str]] = field(default_factory=dict)
+    anchors: list[_ToolCallAnchor] = field(default_factory=list)
+
+
+def _add_turn_updates(
+    found: _EventSet, state: _FinalState, turns: list[Turn], *, settled: bool
+) -> None:
+    """``turn_update`` for each of ``turns`` that is settled (or, with ``settled=False``, not)."""
+    for row in turns:
+        if (row.phase == "settled") == settled:
+            active, _ = state.session(row.workspace_id, row.session_id)
+            found.events.append((row.workspace_id, TurnUpdate(turn_record(row), active)))
+
+
+def _tool_call_anchors(
+    workspace_id: str, session_id: str, payloads: list[tuple[Message, dict[str, Any]]]
+) -> list[_ToolCallAnchor]:
+    """``(workspace, session, message, turn, finished)`` of each tool-call Message of a Turn."""
+    anchors: list[_ToolCallAnchor] = []
+    for row, payload in payloads:
+        if row.kind == "tool_call" and row.turn_id is not None:
+            phase = str(payload.get("phase") or "")
+            anchors.append(
+                (
+                    workspace_id,
+                    session_id,
+                    row.message_id,
+                    row.turn_id,
+                    phase not in _RUNNING_TOOL_PHASES,
+                )
+            )
+    return anchors
+
+
+def _live_texts(
+    state: _FinalState,
+    workspace_id: str,
+    session_id: str,
+    payloads: list[tuple[Message, dict[str, Any]]],
+) -> dict[str, str] | None:
+    """``{message_id: text}`` when every Message is live text of an unsettled Turn, else None."""
+    texts: dict[str, str] = {}
+    for row, payload in payloads:
+        text = payload.get("text")
+        if (
+            row.kind in _LIVE_TEXT_KINDS
+            and row.turn_id is not None
+            and isinstance(text, str)
+            and not state.turn_settled(workspace_id, session_id, row.turn_id)
+        ):
+            texts[row.message_id] = text
+        else:
+            return None
+    return texts
+
+
+def _stored_events(
+    rows: list[NewEventRow],
+    appended: dict[str, tuple[int, list[int]]],
+    redundant_by_position: dict[int, dict[str, str]],
+) -> tuple[dict[str, list[StoredEvent]], dict[int, dict[str, str]]]:
+    """The appended rows as stored events per workspace, and the redundant texts by event id."""
+    cursor: dict[str, int] = {}
+    stored_by_ws: dict[str, list[StoredEvent]] = {}
+    redundant: dict[int, dict[str, str]] = {}
+    for position, new_row in enumerate(rows):
+        ids = appended[new_row.workspace_id][1]
+        index = cursor.get(new_row.workspace_id, 0)
+        cursor[new_row.workspace_id] = index + 1
+        stored = StoredEvent(
+            event_id=ids[index],
+            workspace_id=new_row.workspace_id,
+            session_id=new_row.session_id,
+            event_type=new_row.event_type,
+            payload=new_row.payload,
+            created_at_unix_ms=new_row.created_at_unix_ms,
+        )
+        stored_by_ws.setdefault(new_row.workspace_id, []).append(stored)
+        if position in redundant_by_position:
+            redundant[stored.event_id] = redundant_by_position[position]
+    return stored_by_ws, redundant
 
 
 def _persistent(row: object) -> bool:

@@ -37,7 +37,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -47,7 +47,9 @@ from services.host.activity.broker import (
     ActivityBroker,
     CommittedBatch,
     LiveDelta,
+    LiveItem,
     SubscriberOverflow,
+    Subscription,
     SubscriptionEnded,
 )
 from services.host.activity.delta_lane import DeltaLane
@@ -263,66 +265,92 @@ async def watch_activity(
         if after_event_id is not None:
             _check_cursor(after_event_id, bounds)
         yield WatchReady(workspace_id, bounds.workspace_head, bounds.oldest_retained or 0)
-        last = bounds.workspace_head if after_event_id is None else after_event_id
-        while last < bounds.workspace_head:
+        start = bounds.workspace_head if after_event_id is None else after_event_id
+        cursor = _Cursor(database, workspace_id, settings.page_size, start)
+        async with contextlib.aclosing(cursor.read_until(bounds.workspace_head)) as backlog:
+            async for stored in backlog:
+                yield stored
+        texts = _LiveTexts()
+        while True:
+            item = await _next_live(subscription, settings.idle_check_seconds, cursor.last)
+            if item is None:
+                # Idle: nothing is buffered, so reading the log cannot overtake a delta.
+                async with contextlib.aclosing(cursor.read_page()) as page:
+                    async for stored in page:
+                        yield stored
+            elif isinstance(item, LiveDelta):
+                texts.apply(item.delta)
+                yield WatchDelta(item.delta, cursor.last, item.received_at_unix_ms)
+            elif item.last_event_id <= cursor.last:
+                continue
+            elif item.previous_event_id <= cursor.last:
+                for stored in cursor.follow(item, texts):
+                    yield stored
+            else:
+                async with contextlib.aclosing(cursor.read_until(item.last_event_id)) as gap:
+                    async for stored in gap:
+                        yield stored
+    finally:
+        subscription.close()
+
+
+async def _next_live(subscription: Subscription, idle_seconds: float, last: int) -> LiveItem | None:
+    """The subscription's next item (None when idle), its end mapped to the stream's error."""
+    try:
+        return await subscription.next(idle_seconds)
+    except SubscriberOverflow:
+        raise ResourceExhausted(
+            "the activity consumer fell too far behind; resume from its cursor",
+            reason="WATCH_CONSUMER_TOO_SLOW",
+            metadata={"after_event_id": str(last)},
+        ) from None
+    except SubscriptionEnded:
+        raise Unavailable(
+            "Host is shutting down; resume from your cursor on another replica",
+            reason="DRAINING",
+            metadata={"after_event_id": str(last)},
+            retry_after_seconds=1.0,
+        ) from None
+
+
+class _Cursor:
+    """The last event id a stream emitted or passed over, and the reads that advance it."""
+
+    def __init__(self, database: Database, workspace_id: str, page_size: int, last: int) -> None:
+        self._database = database
+        self._workspace_id = workspace_id
+        self._page_size = page_size
+        self.last = last
+
+    async def read_until(self, up_to: int) -> AsyncGenerator[StoredEvent, None]:
+        """The log's events after ``last`` through ``up_to``, page by page."""
+        while self.last < up_to:
             page = await _read(
-                database, workspace_id, last, bounds.workspace_head, settings.page_size
+                self._database, self._workspace_id, self.last, up_to, self._page_size
             )
             if not page:
                 break
             for stored in page:
                 yield stored
-                last = stored.event_id
-        texts = _LiveTexts()
-        while True:
-            try:
-                item = await subscription.next(settings.idle_check_seconds)
-            except SubscriberOverflow:
-                raise ResourceExhausted(
-                    "the activity consumer fell too far behind; resume from its cursor",
-                    reason="WATCH_CONSUMER_TOO_SLOW",
-                    metadata={"after_event_id": str(last)},
-                ) from None
-            except SubscriptionEnded:
-                raise Unavailable(
-                    "Host is shutting down; resume from your cursor on another replica",
-                    reason="DRAINING",
-                    metadata={"after_event_id": str(last)},
-                    retry_after_seconds=1.0,
-                ) from None
-            if item is None:
-                # Idle: nothing is buffered, so reading the log cannot overtake a delta.
-                for stored in await _read(database, workspace_id, last, None, settings.page_size):
-                    yield stored
-                    last = stored.event_id
+                self.last = stored.event_id
+
+    async def read_page(self) -> AsyncGenerator[StoredEvent, None]:
+        """One page of the log's events after ``last``, unbounded above."""
+        for stored in await _read(
+            self._database, self._workspace_id, self.last, None, self._page_size
+        ):
+            yield stored
+            self.last = stored.event_id
+
+    def follow(self, batch: CommittedBatch, texts: _LiveTexts) -> Iterator[StoredEvent]:
+        """A batch's events after ``last``, minus snapshots the deltas already carried."""
+        for stored in batch.events:
+            if stored.event_id <= self.last:
                 continue
-            if isinstance(item, LiveDelta):
-                texts.apply(item.delta)
-                yield WatchDelta(item.delta, last, item.received_at_unix_ms)
-                continue
-            batch: CommittedBatch = item
-            if batch.last_event_id <= last:
-                continue
-            if batch.previous_event_id <= last:
-                for stored in batch.events:
-                    if stored.event_id <= last:
-                        continue
-                    last = stored.event_id
-                    if texts.represents(
-                        stored.session_id,
-                        dict(batch.redundant_texts.get(stored.event_id, {})) or None,
-                    ):
-                        continue  # a non-terminal snapshot the deltas already carried
-                    yield stored
-                continue
-            while last < batch.last_event_id:
-                page = await _read(
-                    database, workspace_id, last, batch.last_event_id, settings.page_size
-                )
-                if not page:
-                    break
-                for stored in page:
-                    yield stored
-                    last = stored.event_id
-    finally:
-        subscription.close()
+            self.last = stored.event_id
+            if texts.represents(
+                stored.session_id,
+                dict(batch.redundant_texts.get(stored.event_id, {})) or None,
+            ):
+                continue  # a non-terminal snapshot the deltas already carried
+            yield stored
