@@ -191,9 +191,12 @@ async def purge_seconds(url: str, rows: int) -> float:
 def bench_purge_round(
     fresh: Callable[[], tuple[str, Callable[[], None]]], number: int
 ) -> dict[str, Any]:
-    """One round: ours and the raw ``DELETE`` of the same seeded rows, each on a fresh
-    database (a second run in the same database works among the first run's dead rows), the
-    order alternating between rounds so a drift of the machine favours neither."""
+    """One round: ours and the raw ``DELETE`` of the same seeded rows.
+
+    Each side runs on a fresh database (a second run in the same database works among the
+    first run's dead rows), the order alternating between rounds so a drift of the machine
+    favours neither.
+    """
     seconds: dict[str, float] = {}
     rows = 0
     for side in ("ours", "raw") if number % 2 else ("raw", "ours"):
@@ -243,6 +246,15 @@ def seed_big_tree(url: str) -> str:
 
 
 async def bench_delete_restore(url: str, rounds: int) -> dict[str, Any]:
+    """Delete and restore one 5,000-Session tree ``rounds`` times through the domain calls.
+
+    Args:
+        url: The database to seed and measure.
+        rounds: How many delete/restore pairs to time.
+
+    Returns:
+        The tree size and the latency summaries (ms) of the deletes and the restores.
+    """
     root = seed_big_tree(url)
     database = Database(url)
     await database.start()
@@ -269,6 +281,11 @@ async def bench_delete_restore(url: str, rounds: int) -> dict[str, Any]:
 
 
 def seed_listing(url: str) -> None:
+    """``LISTING_TOMBSTONES`` single-Session tombstones for the listing benchmark.
+
+    Args:
+        url: The database to seed.
+    """
     rows = [
         _session_row(
             f"l{i:06d}",
@@ -306,6 +323,16 @@ def query_plan(url: str) -> str:
 
 
 async def bench_listing(url: str, rounds: int) -> dict[str, Any]:
+    """The first page of ``ListDeletedSessions`` among many tombstones, ``rounds`` times.
+
+    Args:
+        url: The database to seed and measure.
+        rounds: How many first-page listings to time.
+
+    Returns:
+        The tombstone count, the latency summary (ms), the query plan and whether it uses
+        the deletion index.
+    """
     seed_listing(url)
     plan = query_plan(url)
     database = Database(url)

@@ -172,8 +172,10 @@ def quantiles(values: Sequence[float]) -> dict[str, float]:
 
 
 def write_tokens(path: Path, devices: Sequence[str]) -> dict[str, str]:
-    """A token registry: an admin, the service principal, and one device principal per
-    device (role ``device``, the bench workspace); returns name -> token."""
+    """A token registry: an admin, the service principal, and one device principal each.
+
+    Device principals have role ``device`` in the bench workspace; returns name -> token.
+    """
     tokens = {name: secrets.token_urlsafe(18) for name in ("admin", "service", *devices)}
     roles = {"admin": "admin", "service": "service"}
     entries = [
@@ -261,7 +263,8 @@ class Bench:
         """A fresh ``tutti serve livestream`` on the benchmark's Host (default limits).
 
         ``--livestream-command`` replaces ``tutti serve livestream`` (a profiler, or a
-        candidate build to compare; ``--port-file`` is appended)."""
+        candidate build to compare; ``--port-file`` is appended).
+        """
         command = self.o.livestream_command
         settings = {
             "data_dir": str(self.workdir / "live-data"),
@@ -332,8 +335,10 @@ class Bench:
     def connect_baselines(
         self, group: str, links: int, width: int, *, batched: bool = False
     ) -> None:
-        """``links`` bare streams and ``links`` NATS subscribers over the device workers
-        (and ``links`` batched bare streams when asked)."""
+        """``links`` bare streams and ``links`` NATS subscribers over the device workers.
+
+        Also ``links`` batched bare streams when asked.
+        """
         counts = [len(c) for c in split(range(links), len(self.devices))]
         if batched:
             gather(
@@ -393,8 +398,11 @@ class Bench:
         live: Service | None = None,
         workers: Sequence[Worker] | None = None,
     ) -> dict[str, Any]:
-        """Send ``count`` deltas through ``system``; wait until every link of ``group``
-        holds the last one; what arrived, how fast, and the CPU each role used."""
+        """Send ``count`` deltas through ``system``; wait until ``group`` holds the last one.
+
+        Every link of ``group`` must hold it; returns what arrived, how fast, and the CPU each
+        role used.
+        """
         workers = list(workers or self.devices)
         first = self.next_index[system]
         last = first + count - 1
@@ -458,8 +466,10 @@ class Bench:
     # ---- 1 + 3: fan-out and latency -----------------------------------------------------------
 
     def fanout_and_latency(self, parts: set[str]) -> dict[str, Any]:
-        """Latency first (``--latency-links`` devices, nothing else attached), then the
-        fan-out rounds, on one fresh livestream process."""
+        """Latency first, then the fan-out rounds, on one fresh livestream process.
+
+        The latency part uses ``--latency-links`` devices with nothing else attached.
+        """
         live = self.livestream()
         out: dict[str, Any] = {}
         if "latency" in parts:
@@ -489,8 +499,10 @@ class Bench:
         }
 
     def _latency_run(self, live: Service, fanout: int) -> dict[str, Any]:
-        """``--latency-rounds`` interleaved rounds (the order rotates) at ``fanout`` devices;
-        medians over the rounds of each system's p50 and p99."""
+        """``--latency-rounds`` interleaved rounds (the order rotates) at ``fanout`` devices.
+
+        Returns medians over the rounds of each system's p50 and p99.
+        """
         o = self.o
         prefix = f"lat{fanout}"
         devices = [d for d in self.latency_devices if d.startswith(f"{prefix}-")]
@@ -644,8 +656,10 @@ class Bench:
         return info
 
     def _fill(self, stub: Any, device: str, cursor_sequence: int, witness: Worker) -> int:
-        """Send deltas until ``device``'s publisher holds nearly its whole replay budget and
-        still everything after the cursor; returns how many deltas were sent."""
+        """Send deltas until ``device``'s publisher holds nearly its whole replay budget.
+
+        It must still hold everything after the cursor; returns how many deltas were sent.
+        """
         o = self.o
         per_op = o.resume_delta_bytes + DELIVERY_OVERHEAD_BYTES
         sent = 0
@@ -667,6 +681,15 @@ class Bench:
             sent += step
 
     def resume(self) -> dict[str, Any]:
+        """Resume after a disconnect, ours against a JetStream replay of the same deltas.
+
+        Each round disconnects one device, fills its publisher's replay budget while a
+        witness link keeps receiving, then times the device's resume to ``stream_ready``
+        and JetStream replays of the same deliveries and of one message per delta.
+
+        Returns:
+            The rounds and the medians of their times and ratios.
+        """
         o = self.o
         live = self.livestream()
         channel = grpc.insecure_channel(live.address)
@@ -801,6 +824,14 @@ class Bench:
                 raise RuntimeError(f"storm links not ready: {reply}")
 
     def memory_and_storm(self, parts: set[str]) -> dict[str, Any]:
+        """Idle-link memory of livestream and the bare server, then the reconnect storm.
+
+        Args:
+            parts: The selected parts; the storm runs when it holds ``"storm"``.
+
+        Returns:
+            ``memory`` (RSS per idle link and stream) and, when run, ``storm``.
+        """
         o = self.o
         out: dict[str, Any] = {}
         live = self.livestream()
@@ -1010,8 +1041,10 @@ def settled_rss(pid: int, samples: int = 5, interval: float = 0.2) -> int:
 
 
 def per_op_messages(deliveries: list[bytes]) -> list[bytes]:
-    """The source deltas inside ``deliveries``, one ``Delivery`` message each (what a
-    broker storing every delta as it arrives would replay)."""
+    """The source deltas inside ``deliveries``, one ``Delivery`` message each.
+
+    That is what a broker storing every delta as it arrives would replay.
+    """
     out: list[bytes] = []
     sequence = 0
     for encoded in deliveries:

@@ -96,9 +96,23 @@ class LibraryContinuity:
         )
 
     def begin_call(self, with_cursor: bool) -> None:
+        """A call starts (with or without the saved cursor).
+
+        Args:
+            with_cursor: Whether the call resumes from the saved cursor.
+        """
         self._machine.begin_call(with_cursor)
 
     def feed(self, frame: livestream_pb2.DeviceLinkResponse, capture: bool) -> list[Event]:
+        """What the frame means for the application, as the device library sees it.
+
+        Args:
+            frame: One frame received on the call.
+            capture: Whether every sequenced delivery is also returned, encoded.
+
+        Returns:
+            The events the frame yields, in order.
+        """
         lib = self._lib
         out: list[Event] = []
         for event in self._machine.feed(frame):
@@ -118,13 +132,20 @@ class LibraryContinuity:
         return out
 
     def cursor(self) -> tuple[str, int] | None:
+        """The resume cursor, or ``None`` when the device must connect fresh.
+
+        Returns:
+            ``(epoch, last_sequence)``, or ``None``.
+        """
         cursor = self._machine.cursor
         return None if cursor is None else (cursor.epoch, cursor.last_sequence)
 
 
 class RawContinuity:
-    """Sequence continuity checked directly on the generated messages (the fallback when
-    the device library is not importable)."""
+    """Sequence continuity checked directly on the generated messages.
+
+    The fallback when the device library is not importable.
+    """
 
     def __init__(self, device_id: str) -> None:
         self._epoch: str | None = None
@@ -132,44 +153,66 @@ class RawContinuity:
         self._broken = False
 
     def begin_call(self, with_cursor: bool) -> None:
+        """A call starts; without the cursor the device starts over.
+
+        Args:
+            with_cursor: Whether the call resumes from the saved cursor.
+        """
         if not with_cursor:
             self._epoch, self._last = None, 0
         self._broken = False
 
     def feed(self, frame: livestream_pb2.DeviceLinkResponse, capture: bool) -> list[Event]:
+        """What the frame means for the application; nothing more once continuity broke.
+
+        Args:
+            frame: One frame received on the call.
+            capture: Whether every sequenced delivery is also returned, encoded.
+
+        Returns:
+            The events the frame yields, in order, ending with a ``problem`` when it breaks
+            continuity.
+        """
         if self._broken:
             return []
         kind = frame.WhichOneof("kind")
         out: list[Event] = []
         if kind == "stream_ready":
-            ready = frame.stream_ready
-            if self._epoch is None:
-                self._epoch = ready.epoch
-            if (ready.epoch, ready.latest_sequence) != (self._epoch, self._last):
-                return self._break(out, f"stream_ready {ready.epoch}/{ready.latest_sequence}")
-            out.append(("ready", ready.resumed))
-        elif kind == "deliveries":
-            batch = frame.deliveries
-            if batch.epoch != self._epoch:
-                if batch.deliveries[0].sequence != 1:
-                    return self._break(out, f"epoch {batch.epoch} not at sequence 1")
-                self._epoch, self._last = batch.epoch, 0
-            for delivery in batch.deliveries:
-                if delivery.sequence != self._last + 1:
-                    return self._break(out, f"sequence {delivery.sequence} after {self._last}")
-                self._last = delivery.sequence
-                if capture:
-                    out.append(("delivery", delivery.SerializeToString()))
-                which = delivery.WhichOneof("kind")
-                if which == "message_delta":
-                    out.append(("delta", delivery.message_delta.text))
-                else:
-                    out.append(("other", which))
-        elif kind == "heartbeat":
+            return self._feed_ready(frame.stream_ready, out)
+        if kind == "deliveries":
+            return self._feed_deliveries(frame.deliveries, capture, out)
+        if kind == "heartbeat":
             if frame.heartbeat.latest_sequence > self._last:
                 return self._break(out, "lost tail")
-        else:
-            return self._break(out, "frame kind unset")
+            return out
+        return self._break(out, "frame kind unset")
+
+    def _feed_ready(self, ready: livestream_pb2.StreamReady, out: list[Event]) -> list[Event]:
+        if self._epoch is None:
+            self._epoch = ready.epoch
+        if (ready.epoch, ready.latest_sequence) != (self._epoch, self._last):
+            return self._break(out, f"stream_ready {ready.epoch}/{ready.latest_sequence}")
+        out.append(("ready", ready.resumed))
+        return out
+
+    def _feed_deliveries(
+        self, batch: livestream_pb2.DeliveryBatch, capture: bool, out: list[Event]
+    ) -> list[Event]:
+        if batch.epoch != self._epoch:
+            if batch.deliveries[0].sequence != 1:
+                return self._break(out, f"epoch {batch.epoch} not at sequence 1")
+            self._epoch, self._last = batch.epoch, 0
+        for delivery in batch.deliveries:
+            if delivery.sequence != self._last + 1:
+                return self._break(out, f"sequence {delivery.sequence} after {self._last}")
+            self._last = delivery.sequence
+            if capture:
+                out.append(("delivery", delivery.SerializeToString()))
+            which = delivery.WhichOneof("kind")
+            if which == "message_delta":
+                out.append(("delta", delivery.message_delta.text))
+            else:
+                out.append(("other", which))
         return out
 
     def _break(self, out: list[Event], why: str) -> list[Event]:
@@ -179,12 +222,19 @@ class RawContinuity:
         return out
 
     def cursor(self) -> tuple[str, int] | None:
+        """The resume cursor, or ``None`` when the device must connect fresh.
+
+        Returns:
+            ``(epoch, last_sequence)``, or ``None``.
+        """
         return None if self._epoch is None else (self._epoch, self._last)
 
 
 def make_continuity(device_id: str, check: str = "library") -> Continuity:
-    """The device library's machine (``check="library"``, when it is importable), else
-    :class:`RawContinuity`."""
+    """The device library's machine, else :class:`RawContinuity`.
+
+    The library's machine is used for ``check="library"`` when it is importable.
+    """
     if check == "library":
         try:
             return LibraryContinuity(device_id)
@@ -272,22 +322,7 @@ class LiveLink(Link):
                 now = time.perf_counter_ns()
                 tally.frames += 1
                 for kind, value in self.continuity.feed(frame, self.capture is not None):
-                    if kind == "delta":
-                        if tally.account(value, now):
-                            self.done_now()
-                    elif kind == "ready":
-                        self.ready_at_ns = now
-                        self.resumed = bool(value)
-                        if self.capture is not None:
-                            self.captured, self.capture = self.capture, None
-                        self.ready.set()
-                    elif kind == "delivery":
-                        if self.capture is not None:
-                            self.capture.append(value)
-                    elif kind == "problem":
-                        tally.problem(str(value))
-                    else:
-                        tally.other_deliveries += 1
+                    self._on_event(kind, value, now)
         except asyncio.CancelledError:
             if not self.closing:
                 self.error = "task cancelled"
@@ -298,6 +333,25 @@ class LiveLink(Link):
         finally:
             self.ready.set()
             self.ended.set()
+
+    def _on_event(self, kind: str, value: Any, now: int) -> None:
+        tally = self.tally
+        if kind == "delta":
+            if tally.account(value, now):
+                self.done_now()
+        elif kind == "ready":
+            self.ready_at_ns = now
+            self.resumed = bool(value)
+            if self.capture is not None:
+                self.captured, self.capture = self.capture, None
+            self.ready.set()
+        elif kind == "delivery":
+            if self.capture is not None:
+                self.capture.append(value)
+        elif kind == "problem":
+            tally.problem(str(value))
+        else:
+            tally.other_deliveries += 1
 
     async def drop(self, close_channel: bool) -> None:
         """End the call from the device side (and close the channel when asked)."""
@@ -490,7 +544,8 @@ class DeviceWorker:
     ) -> dict[str, Any]:
         """Connect one ``DeviceLink`` per ``(device_id, token)``; wait for ``stream_ready``.
 
-        With ``append`` the links join the group's existing ones."""
+        With ``append`` the links join the group's existing ones.
+        """
         links = [
             LiveLink(device, Tally(width, first_index), token, self.check)
             for device, token in devices
@@ -542,8 +597,10 @@ class DeviceWorker:
         return {"links": len(links)}
 
     async def cmd_arm(self, group: str, target_index: int, latencies: bool = False) -> int:
-        """Count afresh; the group is done once every link received op ``target_index``
-        (a group this worker does not hold has no links)."""
+        """Count afresh; the group is done once every link received op ``target_index``.
+
+        A group this worker does not hold has no links.
+        """
         entry = self.groups.setdefault(group, Group([]))
         entry.done = asyncio.Event()
         entry.remaining = 0
@@ -556,8 +613,10 @@ class DeviceWorker:
         return len(entry.links)
 
     async def cmd_wait(self, group: str, seconds: float) -> dict[str, Any]:
-        """Wait until the armed group is done (or ``seconds`` passed); what every link
-        counted."""
+        """Wait until the armed group is done (or ``seconds`` passed).
+
+        Returns what every link counted.
+        """
         entry = self.groups.setdefault(group, Group([]))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(entry.done.wait(), seconds)
@@ -593,8 +652,10 @@ class DeviceWorker:
         return [link.continuity.cursor() for link in links]
 
     async def cmd_resume(self, group: str, ready_seconds: float = 60.0) -> list[dict[str, Any]]:
-        """Reconnect each link of ``group`` on its open channel with its cursor, one after
-        the other; time from the hello to ``stream_ready`` (after the replay)."""
+        """Reconnect each link of ``group`` on its open channel with its cursor, in turn.
+
+        Times each from the hello to ``stream_ready`` (after the replay).
+        """
         out: list[dict[str, Any]] = []
         for link in self.groups[group].links:
             assert link.channel is not None
@@ -631,8 +692,10 @@ class DeviceWorker:
         deadline_seconds: float = 120.0,
         backoff_seconds: float = 0.25,
     ) -> dict[str, Any]:
-        """At ``at_ns`` drop every link of ``group`` at once (calls cancelled, channels
-        closed: new TCP connections), then reconnect them all at once with their cursors.
+        """At ``at_ns`` drop every link of ``group`` at once, then reconnect them all at once.
+
+        Dropping cancels the calls and closes the channels (new TCP connections); the
+        reconnects carry their cursors.
 
         A refused reconnect is retried after a jittered backoff (what a device does) until
         the deadline; every error code seen is counted.
@@ -696,8 +759,10 @@ class DeviceWorker:
         deadline_seconds: float = 120.0,
         backoff_seconds: float = 0.25,
     ) -> dict[str, Any]:
-        """The bare baseline of :meth:`cmd_storm`: close every stream at once and reopen
-        them all, a refused one retried after the same jittered backoff."""
+        """The bare baseline of :meth:`cmd_storm`: close every stream at once, reopen all.
+
+        A refused one is retried after the same jittered backoff.
+        """
         links: list[BareLink] = self.groups[group].links
         await asyncio.sleep(max(0.0, (at_ns - time.perf_counter_ns()) / 1e9))
         dropped_at = time.perf_counter_ns()
@@ -746,8 +811,9 @@ class DeviceWorker:
     async def cmd_js_replay(
         self, url: str, subject: str, start_sequence: int, count: int, width: int
     ) -> dict[str, Any]:
-        """Replay ``count`` messages of a JetStream stream from ``start_sequence`` with an
-        ordered push consumer on an open connection; time from subscribe to the last one.
+        """Replay ``count`` messages of a JetStream stream from ``start_sequence``.
+
+        An ordered push consumer on an open connection; times from subscribe to the last one.
 
         Each message is decoded as a ``Delivery`` and its ops counted, as a device would.
         """

@@ -176,8 +176,9 @@ class Producer:
         subject: str = "live.ws-bench",
         at_ns: int | None = None,
     ) -> dict[str, int]:
-        """Send ``count`` deltas (op indexes from ``first_index``), ``batch`` per frame,
-        paced at ``rate`` deltas/s (as fast as the transport takes them when ``None``).
+        """Send ``count`` deltas (op indexes from ``first_index``), ``batch`` per frame.
+
+        Paced at ``rate`` deltas/s (as fast as the transport takes them when ``None``).
 
         ``system`` is ``live`` (RuntimeLink to Host), ``bare`` (the bare server's ingest,
         the same frames), ``bare_batched`` (its batched ingest, the same frames) or
@@ -225,8 +226,10 @@ class Producer:
     # ---- JetStream ------------------------------------------------------------------------------
 
     async def cmd_js_fill(self, stream: str, subject: str, payloads: list[bytes]) -> dict[str, int]:
-        """Append ``payloads`` to a memory JetStream stream (created when missing);
-        returns the stream sequence of the first one."""
+        """Append ``payloads`` to a memory JetStream stream (created when missing).
+
+        Returns the stream sequence of the first one.
+        """
         js = self._nats.jetstream()
         with contextlib.suppress(Exception):
             await js.add_stream(
