@@ -137,6 +137,25 @@ class CreateSessionCommand:
 
 
 def _validate_create(command: CreateSessionCommand) -> None:
+    violations = _create_violations(command)
+    if violations:
+        raise InvalidArgument("invalid CreateSession request", field_violations=violations)
+    if command.initial_input is not None:
+        # The session id is not known yet; any non-empty id passes the id check here.
+        validate(
+            command.initial_input.submission(command.workspace_id, command.session_id or "new"),
+            field_prefix="initial_input.",
+            rpc="CreateSession",
+        )
+    # Second-phase parts fail before anything is written.
+    if command.has_initial_goal:
+        raise NotImplementedError("CreateSession.initial_goal (HOST-GOAL-1, second phase)")
+    if command.has_isolation:
+        raise NotImplementedError("CreateSession.isolation (HOST-SES-7, second phase)")
+
+
+def _create_violations(command: CreateSessionCommand) -> list[FieldViolation]:
+    """The field violations of a ``CreateSession`` request's own fields, in field order."""
     violations: list[FieldViolation] = []
     if not command.agent_target_id:
         violations.append(FieldViolation("agent_target_id", "is required"))
@@ -160,20 +179,7 @@ def _validate_create(command: CreateSessionCommand) -> None:
         violations.append(
             FieldViolation("initial_goal", "initial_input and initial_goal are exclusive")
         )
-    if violations:
-        raise InvalidArgument("invalid CreateSession request", field_violations=violations)
-    if command.initial_input is not None:
-        # The session id is not known yet; any non-empty id passes the id check here.
-        validate(
-            command.initial_input.submission(command.workspace_id, command.session_id or "new"),
-            field_prefix="initial_input.",
-            rpc="CreateSession",
-        )
-    # Second-phase parts fail before anything is written.
-    if command.has_initial_goal:
-        raise NotImplementedError("CreateSession.initial_goal (HOST-GOAL-1, second phase)")
-    if command.has_isolation:
-        raise NotImplementedError("CreateSession.isolation (HOST-SES-7, second phase)")
+    return violations
 
 
 def derived_title(content: str) -> str:
@@ -250,84 +256,10 @@ async def create_session(ctx: HostContext, command: CreateSessionCommand) -> Cre
     submission = first.submission(workspace_id, session_id) if first is not None else None
 
     async def persist_all(scope: _CreateScope) -> tuple[bool, str | None] | None:
-        await persist(scope.host)
+        await _persist_session(ctx, scope.host, command, session_id, title)
         if submission is None:
             return None
         return await persist_submission(ctx, scope.activity, submission)
-
-    async def persist(repos: transactions.HostRepositories) -> None:
-        existing = await repos.sessions.get(workspace_id, session_id)
-        if existing is not None:
-            if command.session_id is not None and _is_identical_retry(existing, command):
-                return
-            raise AlreadyExists(
-                f"Session id {session_id!r} is in use",
-                reason="SESSION_ID_IN_USE",
-                metadata={"session_id": session_id},
-            )
-        target = resolve_launchable(
-            await repos.targets.get(command.agent_target_id), command.agent_target_id
-        )
-        if command.provider is not None and command.provider != target.provider:
-            raise InvalidArgument(
-                f"provider {command.provider!r} is not the target's provider",
-                field_violations=[
-                    FieldViolation("provider", f"the target's provider is {target.provider!r}")
-                ],
-                reason="PROVIDER_MISMATCH",
-            )
-        settings = merge_settings(target.settings_catalog, SessionSettingsValue(), command.settings)
-        if await repos.sessions.cleanup_pending(session_id):
-            raise FailedPrecondition(
-                f"Session id {session_id!r} is fenced by a pending resource cleanup",
-                reason="RESOURCE_CLEANUP_PENDING",
-                metadata={"session_id": session_id},
-                retry_after_seconds=CLEANUP_RETRY_SECONDS,
-            )
-        section_key, project_path = CONVERSATIONS_SECTION_KEY, None
-        if command.rail_section_key not in (None, CONVERSATIONS_SECTION_KEY):
-            assert command.rail_section_key is not None
-            # Locked until commit: a concurrent RemoveProject waits, so it rehomes this
-            # Session too or we see the project gone (HOST-SES-2).
-            project = await repos.projects.get(workspace_id, command.rail_section_key, lock="share")
-            if project is None:
-                raise FailedPrecondition(
-                    f"project {command.rail_section_key!r} does not exist",
-                    reason="PROJECT_NOT_FOUND",
-                    metadata={"rail_section_key": command.rail_section_key},
-                )
-            section_key, project_path = project.section_key, project.path
-        elif command.rail_section_key is None:
-            project = project_containing(
-                await repos.projects.in_workspace(workspace_id), command.cwd
-            )
-            if project is not None:
-                locked = await repos.projects.get(workspace_id, project.section_key, lock="share")
-                if locked is not None:
-                    section_key, project_path = locked.section_key, locked.path
-        inserted = await repos.sessions.insert(
-            NewSession(
-                workspace_id=workspace_id,
-                session_id=session_id,
-                agent_target_id=target.agent_target_id,
-                provider=target.provider,
-                provider_target_ref=target.launch_ref.runtime_target_ref,
-                title=title,
-                cwd=command.cwd,
-                rail_section_key=section_key,
-                rail_project_path=project_path,
-                settings=settings,
-                capabilities=target.capabilities,
-                launch_subagents_json=subagents_to_json(target.subagents),
-                created_at_unix_ms=ctx.clock(),
-            )
-        )
-        if not inserted:
-            raise AlreadyExists(
-                f"Session id {session_id!r} is in use",
-                reason="SESSION_ID_IN_USE",
-                metadata={"session_id": session_id},
-            )
 
     async with ctx.lanes.hold(workspace_id, session_id):
         runner = TransactionRunner(ctx.database.engine, scope=_CreateScope)
@@ -340,6 +272,95 @@ async def create_session(ctx: HostContext, command: CreateSessionCommand) -> Cre
             lambda repos: read_back(repos, submission, replayed, interrupted), write=False
         )
         return CreatedSession(record, turn)
+
+
+async def _persist_session(
+    ctx: HostContext,
+    repos: transactions.HostRepositories,
+    command: CreateSessionCommand,
+    session_id: str,
+    title: str,
+) -> None:
+    """Check the create against the store and insert the Session row (nothing on a retry)."""
+    workspace_id = command.workspace_id
+    existing = await repos.sessions.get(workspace_id, session_id)
+    if existing is not None:
+        if command.session_id is not None and _is_identical_retry(existing, command):
+            return
+        raise _session_id_in_use(session_id)
+    target = resolve_launchable(
+        await repos.targets.get(command.agent_target_id), command.agent_target_id
+    )
+    if command.provider is not None and command.provider != target.provider:
+        raise InvalidArgument(
+            f"provider {command.provider!r} is not the target's provider",
+            field_violations=[
+                FieldViolation("provider", f"the target's provider is {target.provider!r}")
+            ],
+            reason="PROVIDER_MISMATCH",
+        )
+    settings = merge_settings(target.settings_catalog, SessionSettingsValue(), command.settings)
+    if await repos.sessions.cleanup_pending(session_id):
+        raise FailedPrecondition(
+            f"Session id {session_id!r} is fenced by a pending resource cleanup",
+            reason="RESOURCE_CLEANUP_PENDING",
+            metadata={"session_id": session_id},
+            retry_after_seconds=CLEANUP_RETRY_SECONDS,
+        )
+    section_key, project_path = await _placement(repos, command)
+    inserted = await repos.sessions.insert(
+        NewSession(
+            workspace_id=workspace_id,
+            session_id=session_id,
+            agent_target_id=target.agent_target_id,
+            provider=target.provider,
+            provider_target_ref=target.launch_ref.runtime_target_ref,
+            title=title,
+            cwd=command.cwd,
+            rail_section_key=section_key,
+            rail_project_path=project_path,
+            settings=settings,
+            capabilities=target.capabilities,
+            launch_subagents_json=subagents_to_json(target.subagents),
+            created_at_unix_ms=ctx.clock(),
+        )
+    )
+    if not inserted:
+        raise _session_id_in_use(session_id)
+
+
+async def _placement(
+    repos: transactions.HostRepositories, command: CreateSessionCommand
+) -> tuple[str, str | None]:
+    """``(rail_section_key, rail_project_path)`` of a new Session, its project row locked."""
+    workspace_id = command.workspace_id
+    if command.rail_section_key not in (None, CONVERSATIONS_SECTION_KEY):
+        assert command.rail_section_key is not None
+        # Locked until commit: a concurrent RemoveProject waits, so it rehomes this
+        # Session too or we see the project gone (HOST-SES-2).
+        project = await repos.projects.get(workspace_id, command.rail_section_key, lock="share")
+        if project is None:
+            raise FailedPrecondition(
+                f"project {command.rail_section_key!r} does not exist",
+                reason="PROJECT_NOT_FOUND",
+                metadata={"rail_section_key": command.rail_section_key},
+            )
+        return project.section_key, project.path
+    if command.rail_section_key is None:
+        project = project_containing(await repos.projects.in_workspace(workspace_id), command.cwd)
+        if project is not None:
+            locked = await repos.projects.get(workspace_id, project.section_key, lock="share")
+            if locked is not None:
+                return locked.section_key, locked.path
+    return CONVERSATIONS_SECTION_KEY, None
+
+
+def _session_id_in_use(session_id: str) -> AlreadyExists:
+    return AlreadyExists(
+        f"Session id {session_id!r} is in use",
+        reason="SESSION_ID_IN_USE",
+        metadata={"session_id": session_id},
+    )
 
 
 # ----------------------------------------------------------------------------------- read

@@ -155,6 +155,15 @@ def validate_target(target: AgentTargetRecord, prefix: str = "target") -> None:
         violations.append(FieldViolation(f"{prefix}.launch_ref.{launch[0]}", launch[1]))
     if target.locality not in LOCALITIES:
         violations.append(FieldViolation(f"{prefix}.locality", "unknown locality"))
+    violations += _subagent_violations(target, prefix)
+    violations += _catalog_violations(target.settings_catalog, f"{prefix}.settings_catalog")
+    if violations:
+        raise InvalidArgument("invalid agent target", field_violations=violations)
+
+
+def _subagent_violations(target: AgentTargetRecord, prefix: str) -> list[FieldViolation]:
+    """Problems of the target's subagent catalog: its size, each entry, duplicate names."""
+    violations: list[FieldViolation] = []
     if len(target.subagents) > MAX_CATALOG_ENTRIES:
         violations.append(FieldViolation(f"{prefix}.subagents", "too many subagents"))
     for index, subagent in enumerate(target.subagents):
@@ -170,9 +179,7 @@ def validate_target(target: AgentTargetRecord, prefix: str = "target") -> None:
             violations.append(FieldViolation(f"{prefix}.subagents[{index}].description", problem))
     if (dup := _unique_problem([s.name for s in target.subagents])) is not None:
         violations.append(FieldViolation(f"{prefix}.subagents[{dup}].name", "duplicate name"))
-    violations += _catalog_violations(target.settings_catalog, f"{prefix}.settings_catalog")
-    if violations:
-        raise InvalidArgument("invalid agent target", field_violations=violations)
+    return violations
 
 
 async def register_target(
