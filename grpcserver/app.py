@@ -213,8 +213,11 @@ def _split_address(address: str) -> tuple[str, int] | None:
 
 
 def _port_in_use(address: str) -> bool:
-    """Whether another socket holds ``address`` (checked the way gRPC binds: SO_REUSEADDR,
-    no SO_REUSEPORT), so a busy port fails with our message before gRPC logs its own."""
+    """Whether another socket holds ``address``.
+
+    Checked the way gRPC binds (SO_REUSEADDR, no SO_REUSEPORT), so a busy port fails with our
+    message before gRPC logs its own.
+    """
     parts = _split_address(address)
     if parts is None or parts[1] == 0:
         return False

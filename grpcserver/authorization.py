@@ -244,8 +244,10 @@ def optional_workspace(*roles: Role, path: str = "workspace_id") -> MethodPolicy
 
 
 def first_message(*roles: Role, path: str, missing_reason: str | None = None) -> MethodPolicy:
-    """A client stream whose first message names its workspaces at ``path``;
-    ``missing_reason`` is the refusal's reason when it names none."""
+    """A client stream whose first message names its workspaces at ``path``.
+
+    ``missing_reason`` is the refusal's reason when it names none.
+    """
     return MethodPolicy(
         frozenset(roles), WorkspaceSource.FIRST_MESSAGE, path, missing_reason=missing_reason
     )

@@ -58,8 +58,10 @@ def aio_channel(
     settings: ServerSettings,
     options: Sequence[tuple[str, int | str]] = (),
 ) -> grpc.aio.Channel:
-    """A ``grpc.aio`` channel to ``address`` (call inside the event loop that uses it);
-    ``options`` are gRPC channel arguments such as ``grpc.max_receive_message_length``."""
+    """A ``grpc.aio`` channel to ``address`` (call inside the event loop that uses it).
+
+    ``options`` are gRPC channel arguments such as ``grpc.max_receive_message_length``.
+    """
     credentials = channel_credentials(settings)
     if credentials is None:
         return grpc.aio.insecure_channel(address, options=list(options))

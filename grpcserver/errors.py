@@ -25,9 +25,9 @@ VIOLATIONS_LIMIT = 16
 
 
 def clip(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` UTF-8 bytes (on a character boundary), saying how
-    much was cut.
+    """``text`` cut to at most ``limit`` UTF-8 bytes, saying how much was cut.
 
+    The cut falls on a character boundary.
     A refusal often echoes what the caller sent (a workspace id, a field value); echoed
     whole, a hostile 64 KiB id would push the status trailers past the 8 KiB a client
     accepts, and the caller would see an untyped transport error instead (SEC-4). Bytes,

@@ -192,9 +192,11 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
     async def _enter(
         self, method: str, metadata: Any, request: Any, streaming_request: bool
     ) -> tuple[Any, Any]:
-        """Admit the call (undecodable bytes refused after the caller is checked); return
-        the bound call scope's token and the request (a stream: decoded, first message
-        admitted) to hand to the handler."""
+        """Admit the call; return the call scope's token and the request for the handler.
+
+        Undecodable bytes are refused after the caller is checked. For a stream the request
+        handed on is decoded, its first message admitted.
+        """
         if isinstance(request, UndecodableRequest):
             raise self._undecodable(method, metadata, request)
         token = self._admit(method, metadata, request, streaming_request)
@@ -306,41 +308,55 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         self, method: str, handler: grpc.RpcMethodHandler[Any, Any]
     ) -> grpc.RpcMethodHandler[Any, Any]:
         """Health and reflection: no token, but undecodable bytes are still typed refusals."""
+        if handler.unary_unary is not None or handler.unary_stream is not None:
+            return self._public_unary_request(method, handler)
+        return self._public_streaming_request(method, handler)
+
+    async def _refuse_public(
+        self, context: grpc.aio.ServicerContext[Any, Any], error: DomainError
+    ) -> None:
+        await context.abort_with_status(to_grpc_status(error, domain=self._domain))
+
+    def _public_unary_request(
+        self, method: str, handler: grpc.RpcMethodHandler[Any, Any]
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        """A public unary-unary or unary-stream handler that refuses an undecodable request."""
         deserializer = tolerant_deserializer(handler.request_deserializer)
         serializer = handler.response_serializer
+        unary_inner: Any = handler.unary_unary or handler.unary_stream
 
-        async def refuse(context: grpc.aio.ServicerContext[Any, Any], error: DomainError) -> None:
-            await context.abort_with_status(to_grpc_status(error, domain=self._domain))
+        async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            if isinstance(request, UndecodableRequest):
+                await self._refuse_public(context, self._log_undecodable(method, request, None))
+            result = unary_inner(request, context)
+            return await result if inspect.isawaitable(result) else result
 
-        if handler.unary_unary is not None or handler.unary_stream is not None:
-            unary_inner: Any = handler.unary_unary or handler.unary_stream
+        async def unary_stream(
+            request: Any, context: grpc.aio.ServicerContext[Any, Any]
+        ) -> AsyncIterator[Any]:
+            if isinstance(request, UndecodableRequest):
+                await self._refuse_public(context, self._log_undecodable(method, request, None))
+            result = unary_inner(request, context)
+            if inspect.isawaitable(result):
+                await result
+            elif result is not None:
+                async for item in result:
+                    yield item
 
-            async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-                if isinstance(request, UndecodableRequest):
-                    await refuse(context, self._log_undecodable(method, request, None))
-                result = unary_inner(request, context)
-                return await result if inspect.isawaitable(result) else result
-
-            async def unary_stream(
-                request: Any, context: grpc.aio.ServicerContext[Any, Any]
-            ) -> AsyncIterator[Any]:
-                if isinstance(request, UndecodableRequest):
-                    await refuse(context, self._log_undecodable(method, request, None))
-                result = unary_inner(request, context)
-                if inspect.isawaitable(result):
-                    await result
-                elif result is not None:
-                    async for item in result:
-                        yield item
-
-            if handler.unary_unary is not None:
-                return grpc.unary_unary_rpc_method_handler(
-                    unary, request_deserializer=deserializer, response_serializer=serializer
-                )
-            return grpc.unary_stream_rpc_method_handler(
-                unary_stream, request_deserializer=deserializer, response_serializer=serializer
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                unary, request_deserializer=deserializer, response_serializer=serializer
             )
+        return grpc.unary_stream_rpc_method_handler(
+            unary_stream, request_deserializer=deserializer, response_serializer=serializer
+        )
 
+    def _public_streaming_request(
+        self, method: str, handler: grpc.RpcMethodHandler[Any, Any]
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        """A public stream-unary or stream-stream handler; an undecodable message ends it."""
+        deserializer = tolerant_deserializer(handler.request_deserializer)
+        serializer = handler.response_serializer
         streaming_inner: Any = handler.stream_unary or handler.stream_stream
 
         async def streaming(
@@ -354,7 +370,7 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
                     async for item in result:
                         yield item
             except DomainError as error:
-                await refuse(context, error)
+                await self._refuse_public(context, error)
 
         if handler.stream_unary is not None:
 

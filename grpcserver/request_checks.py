@@ -104,31 +104,53 @@ def request_violations(message: Message, *, prefix: str = "") -> list[FieldViola
             continue
         for field, value in current.ListFields():
             name = f"{path}.{field.name}" if path else field.name
-            entry = field.message_type
-            if entry is not None and entry.GetOptions().map_entry:
-                key_field = entry.fields_by_name["key"]
-                value_field = entry.fields_by_name["value"]
-                for key, item in value.items():
-                    at = f"{name}[{key!r}]"
-                    problem = _scalar(key_field, key)
-                    if problem is not None:
-                        violations.append(FieldViolation(name, problem))
-                    if value_field.message_type is not None:
-                        pending.append((at, item))
-                    elif (problem := _scalar(value_field, item)) is not None:
-                        violations.append(FieldViolation(at, problem))
-            elif entry is not None:
-                if field.is_repeated:
-                    pending.extend((f"{name}[{index}]", item) for index, item in enumerate(value))
-                else:
-                    pending.append((name, value))
-            elif field.is_repeated:
-                for index, item in enumerate(value):
-                    if (problem := _scalar(field, item)) is not None:
-                        violations.append(FieldViolation(f"{name}[{index}]", problem))
-            elif (problem := _scalar(field, value)) is not None:
-                violations.append(FieldViolation(name, problem))
+            _visit_field(field, value, name, violations, pending)
     return violations[:MAX_VIOLATIONS]
+
+
+def _visit_field(
+    field: FieldDescriptor,
+    value: Any,
+    name: str,
+    violations: list[FieldViolation],
+    pending: deque[tuple[str, Message]],
+) -> None:
+    """Check one set field at path ``name``; queue the messages it holds for the walk."""
+    entry = field.message_type
+    if entry is not None and entry.GetOptions().map_entry:
+        _visit_map(entry, value, name, violations, pending)
+    elif entry is not None:
+        if field.is_repeated:
+            pending.extend((f"{name}[{index}]", item) for index, item in enumerate(value))
+        else:
+            pending.append((name, value))
+    elif field.is_repeated:
+        for index, item in enumerate(value):
+            if (problem := _scalar(field, item)) is not None:
+                violations.append(FieldViolation(f"{name}[{index}]", problem))
+    elif (problem := _scalar(field, value)) is not None:
+        violations.append(FieldViolation(name, problem))
+
+
+def _visit_map(
+    entry: Descriptor,
+    value: Any,
+    name: str,
+    violations: list[FieldViolation],
+    pending: deque[tuple[str, Message]],
+) -> None:
+    """Check a map field's keys and scalar values; queue its message values for the walk."""
+    key_field = entry.fields_by_name["key"]
+    value_field = entry.fields_by_name["value"]
+    for key, item in value.items():
+        at = f"{name}[{key!r}]"
+        problem = _scalar(key_field, key)
+        if problem is not None:
+            violations.append(FieldViolation(name, problem))
+        if value_field.message_type is not None:
+            pending.append((at, item))
+        elif (problem := _scalar(value_field, item)) is not None:
+            violations.append(FieldViolation(at, problem))
 
 
 def check_request(message: Message) -> None:
