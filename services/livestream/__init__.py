@@ -1,0 +1,1 @@
+"""The livestream service: per-device resumable DeviceLink streams over Host activity (LIVE-*)."""

@@ -40,8 +40,10 @@ def attach(
     *,
     safe_bytes: int,
 ) -> None:
-    """Start (or replace) the attachment of ``request.binding_id``; the caller checked the
-    revision and the workspace."""
+    """Start (or replace) the attachment of ``request.binding_id``.
+
+    The caller checked the revision and the workspace.
+    """
     binding = publisher.bindings.get(request.binding_id)
     if binding is None:
         binding = publisher.bindings[request.binding_id] = Binding(request.binding_id, 0)
@@ -68,8 +70,10 @@ def attach(
 
 
 def detach(publisher: Publisher, request: livestream_pb2.ClientDetach) -> None:
-    """End the attachment of ``request.binding_id`` (idempotent: an unknown binding is
-    acknowledged the same way)."""
+    """End the attachment of ``request.binding_id``.
+
+    Idempotent: an unknown binding is acknowledged the same way.
+    """
     binding = publisher.bindings.get(request.binding_id)
     if binding is None:
         binding = publisher.bindings[request.binding_id] = Binding(request.binding_id, 0)
@@ -92,8 +96,10 @@ def detach(publisher: Publisher, request: livestream_pb2.ClientDetach) -> None:
 
 
 def _observed(read: asyncio.Future[Any]) -> None:
-    """Retrieve a shielded read's outcome, so one nobody awaits anymore is not reported as
-    'exception never retrieved'."""
+    """Retrieve a shielded read's outcome.
+
+    So one nobody awaits anymore is not reported as 'exception never retrieved'.
+    """
     if not read.cancelled():
         read.exception()
 

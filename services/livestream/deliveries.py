@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import activity_pb2
@@ -148,24 +149,32 @@ def _live_variants(
     elif kind == "interaction_update":
         yield Delivery(interaction_update=event.interaction_update.interaction)
     elif kind == "message_update":
-        messages = event.message_update
-        for message in messages.messages:
-            keys = reconcile_keys(ws, messages.session_id, message.turn_id, message.message_id)
-            yield discontinuity(Reason.DISCONTINUITY_REASON_MESSAGE_UPDATE, keys)
-        if not messages.messages:
-            keys = reconcile_keys(ws, messages.session_id)
-            yield discontinuity(Reason.DISCONTINUITY_REASON_MESSAGE_UPDATE, keys)
-    elif kind == "session_reconcile_required":
-        keys = reconcile_keys(ws, event.session_reconcile_required.session_id)
-        yield discontinuity(Reason.DISCONTINUITY_REASON_SESSION_RECONCILE_REQUIRED, keys)
-    elif kind == "session_deleted":
-        keys = reconcile_keys(ws, event.session_deleted.session_id)
-        yield discontinuity(Reason.DISCONTINUITY_REASON_SESSION_DELETED, keys)
-    elif kind == "session_restored":
-        keys = reconcile_keys(ws, event.session_restored.session_id)
-        yield discontinuity(Reason.DISCONTINUITY_REASON_SESSION_RESTORED, keys)
+        yield from _message_update_discontinuities(ws, event.message_update)
+    elif kind in _SESSION_DISCONTINUITIES:
+        keys = reconcile_keys(ws, getattr(event, kind).session_id)
+        yield discontinuity(_SESSION_DISCONTINUITIES[kind], keys)
     # An event kind this build does not know carries nothing it could project; the
     # closed Host feed never sends one (HOST-OBS-1).
+
+
+_SESSION_DISCONTINUITIES: Final = {
+    "session_reconcile_required": Reason.DISCONTINUITY_REASON_SESSION_RECONCILE_REQUIRED,
+    "session_deleted": Reason.DISCONTINUITY_REASON_SESSION_DELETED,
+    "session_restored": Reason.DISCONTINUITY_REASON_SESSION_RESTORED,
+}
+"""Session-wide event kinds and the discontinuity each becomes (keyed by the session id)."""
+
+
+def _message_update_discontinuities(
+    ws: str, messages: activity_pb2.MessageUpdateEvent
+) -> Iterable[Delivery]:
+    """One ``message_update`` discontinuity per updated message, or one for the Session."""
+    for message in messages.messages:
+        keys = reconcile_keys(ws, messages.session_id, message.turn_id, message.message_id)
+        yield discontinuity(Reason.DISCONTINUITY_REASON_MESSAGE_UPDATE, keys)
+    if not messages.messages:
+        keys = reconcile_keys(ws, messages.session_id)
+        yield discontinuity(Reason.DISCONTINUITY_REASON_MESSAGE_UPDATE, keys)
 
 
 def _fits(delivery: Delivery, safe_bytes: int) -> bool:
@@ -214,8 +223,10 @@ def coalesce(deliveries: Sequence[Delivery], safe_bytes: int) -> list[Delivery]:
 
 
 def _utf8_cut(data: bytes, start: int, limit: int) -> int:
-    """The end of the longest piece of ``data[start:]`` within ``limit`` bytes that does not
-    split a UTF-8 character."""
+    """The end of the longest piece of ``data[start:]`` within ``limit`` bytes.
+
+    The piece never splits a UTF-8 character.
+    """
     end = min(start + limit, len(data))
     while end < len(data) and end > start and (data[end] & 0xC0) == 0x80:
         end -= 1
@@ -223,8 +234,10 @@ def _utf8_cut(data: bytes, start: int, limit: int) -> int:
 
 
 def _split_tool_output(delta: canonical_pb2.MessageDelta, safe_bytes: int) -> list[Delivery]:
-    """One oversized tool-output operation as contiguous pieces within ``safe_bytes``, or
-    ``[]`` when its identity alone leaves no room for text."""
+    """One oversized tool-output operation as contiguous pieces within ``safe_bytes``.
+
+    ``[]`` when its identity alone leaves no room for text.
+    """
     data = delta.text.encode()
     shell = canonical_pb2.MessageDelta()
     shell.CopyFrom(delta)
@@ -259,8 +272,11 @@ def _split_tool_output(delta: canonical_pb2.MessageDelta, safe_bytes: int) -> li
 
 
 def express(workspace_id: str, delivery: Delivery, safe_bytes: int) -> list[Delivery]:
-    """``delivery`` within the safe size (LIVE-FRAME-1): itself, tool output cut into a
-    ``set`` and contiguous appends, or a ``delivery_too_large`` discontinuity."""
+    """``delivery`` within the safe size (LIVE-FRAME-1).
+
+    Itself, tool output cut into a ``set`` and contiguous appends, or a
+    ``delivery_too_large`` discontinuity.
+    """
     if _fits(delivery, safe_bytes):
         return [delivery]
     if (

@@ -108,28 +108,8 @@ class WorkspaceFeed:
             try:
                 async for item in self._source.watch(self.workspace_id, self.last_event_id):
                     if isinstance(item, activity_pb2.ActivityStreamReady):
-                        if self.last_event_id is None:
-                            self.last_event_id = item.head_event_id
-                        if expired:
-                            # LIVE-UP-1: the epochs end only now that the subscription at
-                            # the head is registered, so a device reconciling on their
-                            # resume_rejected cannot miss a commit made in between.
-                            self._publish_pending()
-                            for listener in list(self.listeners):
-                                listener.end_epoch()
-                            expired = dropped = False
-                        elif dropped:
-                            # LIVE-UP-1: before any event of the new subscription.
-                            self.resubscriptions += 1
-                            self._push(
-                                self._mapper.workspace_discontinuity(
-                                    livestream_pb2.DISCONTINUITY_REASON_UPSTREAM_RESUBSCRIBED
-                                )
-                            )
-                            dropped = False
-                        self._ready.set()
-                        for listener in list(self.listeners):
-                            listener.wake()
+                        self._on_ready(item, expired=expired, dropped=dropped)
+                        expired = dropped = False
                         delay = self._retry_seconds
                         continue
                     if item.WhichOneof("event") != "message_delta":
@@ -144,21 +124,48 @@ class WorkspaceFeed:
                 expired = True
                 continue
             except SourceUnavailable as error:
-                if error.code in ("UNAVAILABLE", "CANCELLED", "RESOURCE_EXHAUSTED"):
-                    log.info(
-                        "activity feed of %s dropped (%s); resubscribing", self.workspace_id, error
-                    )
-                else:  # a refusal: the service token or Host address is wrong
-                    log.warning(
-                        "Host refused the activity feed of %s (%s); check TUTTI_SERVICE_TOKEN "
-                        "and TUTTI_HOST_ADDRESS; retrying",
-                        self.workspace_id,
-                        error,
-                    )
+                self._log_unavailable(error)
             self._ready.clear()
             dropped = True
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_RETRY_SECONDS)
+
+    def _on_ready(
+        self, item: activity_pb2.ActivityStreamReady, *, expired: bool, dropped: bool
+    ) -> None:
+        """The subscription is registered: end epochs or mark the resubscription, then wake."""
+        if self.last_event_id is None:
+            self.last_event_id = item.head_event_id
+        if expired:
+            # LIVE-UP-1: the epochs end only now that the subscription at
+            # the head is registered, so a device reconciling on their
+            # resume_rejected cannot miss a commit made in between.
+            self._publish_pending()
+            for listener in list(self.listeners):
+                listener.end_epoch()
+        elif dropped:
+            # LIVE-UP-1: before any event of the new subscription.
+            self.resubscriptions += 1
+            self._push(
+                self._mapper.workspace_discontinuity(
+                    livestream_pb2.DISCONTINUITY_REASON_UPSTREAM_RESUBSCRIBED
+                )
+            )
+        self._ready.set()
+        for listener in list(self.listeners):
+            listener.wake()
+
+    def _log_unavailable(self, error: SourceUnavailable) -> None:
+        """Log a lost subscription: a drop at info, a refusal (misconfiguration) as a warning."""
+        if error.code in ("UNAVAILABLE", "CANCELLED", "RESOURCE_EXHAUSTED"):
+            log.info("activity feed of %s dropped (%s); resubscribing", self.workspace_id, error)
+        else:  # a refusal: the service token or Host address is wrong
+            log.warning(
+                "Host refused the activity feed of %s (%s); check TUTTI_SERVICE_TOKEN "
+                "and TUTTI_HOST_ADDRESS; retrying",
+                self.workspace_id,
+                error,
+            )
 
     def _push(self, item: activity_pb2.ActivityEvent | Body) -> None:
         self._pending.append(item)

@@ -128,8 +128,11 @@ def _pack(epoch: str, entries: list[bytes], max_frame_bytes: int) -> tuple[bytes
 
 
 async def _wait(event: asyncio.Event, seconds: float) -> None:
-    """Wait for ``event`` (cleared first) or ``seconds``; cheaper than ``asyncio.wait_for``,
-    which wraps every wait in a task (this runs once per frame per call)."""
+    """Wait for ``event`` (cleared first) or ``seconds``.
+
+    Cheaper than ``asyncio.wait_for``, which wraps every wait in a task (this runs once per
+    frame per call).
+    """
     event.clear()
     handle = asyncio.get_running_loop().call_later(seconds, event.set)
     try:

@@ -166,8 +166,11 @@ class Publisher:
             self.call.wakeup.set()
 
     def end_epoch(self) -> None:
-        """The Host cursor expired (LIVE-UP-1): start a fresh epoch in band, whose first
-        delivery is ``resume_rejected`` ``EPOCH_ENDED`` with the old cursor."""
+        """The Host cursor expired (LIVE-UP-1): start a fresh epoch in band.
+
+        The new epoch's first delivery is ``resume_rejected`` ``EPOCH_ENDED`` with the old
+        cursor.
+        """
         old = livestream_pb2.ResumeCursor(epoch=self.epoch, last_sequence=self.latest_sequence)
         self._begin_epoch()
         call = self.call

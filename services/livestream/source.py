@@ -109,8 +109,11 @@ class ActivitySource(Protocol):
 def interaction_root(
     session: canonical_pb2.Session, turns: Sequence[canonical_pb2.Turn]
 ) -> str | None:
-    """The current interaction root Turn of a Session: its active Turn, or the root Turn
-    that Turn works for (a child Session's Turn); ``None`` without an active Turn."""
+    """The current interaction root Turn of a Session.
+
+    Its active Turn, or the root Turn that Turn works for (a child Session's Turn); ``None``
+    without an active Turn.
+    """
     if not session.HasField("active_turn_id"):
         return None
     for turn in turns:
@@ -144,6 +147,15 @@ class HostActivitySource:
     async def watch(
         self, workspace_id: str, after_event_id: int | None
     ) -> AsyncIterator[WatchItem]:
+        """Watch a workspace's activity on Host, after ``after_event_id`` or from the head.
+
+        Yields:
+            The ``ready`` marker once the subscription is registered, and each event.
+
+        Raises:
+            CursorExpired: Host no longer holds ``after_event_id``.
+            SourceUnavailable: The stream ended or failed for any other reason.
+        """
         request = host_pb2.WatchActivityRequest(workspace_id=workspace_id)
         if after_event_id is not None:
             request.after_event_id = after_event_id
@@ -169,6 +181,12 @@ class HostActivitySource:
             call.cancel()
 
     async def read_baseline(self, workspace_id: str, session_id: str) -> Baseline:
+        """Read a Session, all its Turns and its interaction root's pending interactions.
+
+        Raises:
+            SessionNotFound: The Session does not exist, is deleted or cannot exist.
+            SourceUnavailable: Host failed the read otherwise.
+        """
         stub = self._stub()
         try:
             detail = await stub.GetSession(
@@ -215,6 +233,7 @@ class HostActivitySource:
         return Baseline(detail.session, turns, root, interactions)
 
     async def close(self) -> None:
+        """Close the channel to Host (a later call opens a new one)."""
         if self._channel is not None:
             await self._channel.close()
             self._channel = None

@@ -430,8 +430,10 @@ class Subscriber:
 
     @property
     def machine(self) -> ContinuityMachine:
-        """The continuity machine, for diagnostics (``filtered``, ``heartbeats``,
-        ``epoch``, ``last_sequence``); do not feed it."""
+        """The continuity machine, for diagnostics; do not feed it.
+
+        Read ``filtered``, ``heartbeats``, ``epoch`` and ``last_sequence`` from it.
+        """
         return self._require_machine()
 
     @property
@@ -496,8 +498,11 @@ class Subscriber:
             return await self._send_locked(binding_id, want)
 
     async def detach(self, binding_id: str) -> int | None:
-        """End the attachment of ``binding_id``; returns the revision sent (``None``: not
-        connected; the next ready call detaches it if the server still holds it)."""
+        """End the attachment of ``binding_id``; returns the revision sent.
+
+        ``None``: not connected; the next ready call detaches it if the server still holds
+        it.
+        """
         async with self._control:
             self._require_machine().state.desired.pop(binding_id, None)
             return await self._send_locked(binding_id, None)
@@ -541,8 +546,11 @@ class Subscriber:
         return revision
 
     async def _resync_attachments(self) -> None:
-        """Re-send what the server does not hold: desired attaches it never confirmed
-        (or forgot with its epoch) and attachments it holds that are no longer wanted."""
+        """Re-send what the server does not hold.
+
+        That is desired attaches it never confirmed (or forgot with its epoch) and
+        attachments it holds that are no longer wanted.
+        """
         async with self._control:
             state = self._require_machine().state
             for binding_id in sorted(set(state.desired) | set(state.attachments)):
@@ -662,14 +670,10 @@ class Subscriber:
                 await self._emit(events)
                 if frame.WhichOneof("kind") in ("deliveries", "stream_ready") or machine.broken:
                     await self._persist()  # only these change the cursor or projection
-                for event in events:
-                    if isinstance(event, Ready):
-                        reached_ready = True
-                        self._ready.set()
-                        heartbeat = asyncio.create_task(self._heartbeats(link, event))
-                        self._resync = True  # also on resume: unconfirmed sends are redone
-                    elif isinstance(event, ResumeRejected):
-                        self._resync = True
+                started = self._note_events(link, events)
+                if started is not None:
+                    reached_ready = True
+                    heartbeat = started
                 if machine.broken:
                     link.cut("CONTINUITY_LOST")
                     return LinkEnd(
@@ -697,6 +701,24 @@ class Subscriber:
                 # asyncio.wait never raises the awaited task's CancelledError.
                 await asyncio.wait({heartbeat})
             link.call.cancel()
+
+    def _note_events(
+        self, link: _Link, events: Sequence[ContinuityEvent]
+    ) -> asyncio.Task[None] | None:
+        """React to a frame's ``Ready`` and ``ResumeRejected`` events.
+
+        Returns:
+            The heartbeat task started for the call's ``Ready``; ``None`` without one.
+        """
+        heartbeat: asyncio.Task[None] | None = None
+        for event in events:
+            if isinstance(event, Ready):
+                self._ready.set()
+                heartbeat = asyncio.create_task(self._heartbeats(link, event))
+                self._resync = True  # also on resume: unconfirmed sends are redone
+            elif isinstance(event, ResumeRejected):
+                self._resync = True
+        return heartbeat
 
     def _hello(self, cursor: Cursor | None) -> livestream_pb2.DeviceLinkRequest:
         hello = livestream_pb2.ClientHello(
