@@ -1,0 +1,1 @@
+"""The maintenance service: retention purges, resource cleanup, compaction and status (MAINT-*)."""

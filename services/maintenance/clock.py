@@ -34,7 +34,10 @@ class SystemClock:
         return time.time_ns() // 1_000_000
 
     async def sleep_until(self, unix_ms: int) -> None:
-        """Sleep until ``unix_ms`` of the wall clock (asyncio sleeps on the monotonic clock,
-        so the wall clock is read again after each sleep)."""
+        """Sleep until ``unix_ms`` of the wall clock.
+
+        asyncio sleeps on the monotonic clock, so the wall clock is read again after each
+        sleep.
+        """
         while (remaining := unix_ms - self.now_ms()) > 0:  # noqa: ASYNC110 - a deadline, not an event
             await asyncio.sleep(remaining / 1000)

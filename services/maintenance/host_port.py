@@ -159,8 +159,10 @@ class HostPort(Protocol):
     async def purge_workspace(
         self, workspace_id: str, session_id: str | None, max_components: int, dry_run: bool = False
     ) -> WorkspacePurge:
-        """Remove topmost tombstones of a workspace (or one component), one bounded batch;
-        ``dry_run`` only checks the target and counts."""
+        """Remove topmost tombstones of a workspace (or one component), one bounded batch.
+
+        ``dry_run`` only checks the target and counts.
+        """
         ...
 
     async def pending_cleanups(self, cursor: str, limit: int) -> PendingPage:
@@ -168,8 +170,10 @@ class HostPort(Protocol):
         ...
 
     async def complete_cleanups(self, rows: Sequence[tuple[str, str]]) -> None:
-        """Delete these (workspace, Session) outbox rows in one Host transaction (idempotent;
-        at most :data:`MAX_COMPLETIONS`)."""
+        """Delete these (workspace, Session) outbox rows in one Host transaction.
+
+        Idempotent; at most :data:`MAX_COMPLETIONS` rows.
+        """
         ...
 
     async def deleted_sessions(self, workspace_id: str, cursor: str, limit: int) -> DeletedPage:

@@ -220,8 +220,10 @@ class MaintenanceServicer(maintenance_pb2_grpc.MaintenanceServiceServicer):
     async def RunManualPurge(
         self, request: maintenance_pb2.RunManualPurgeRequest, context: Any
     ) -> maintenance_pb2.RunManualPurgeResponse:
-        """Purge one component or every topmost tombstone of a workspace (MAINT-MAN-1),
-        optionally compacting afterwards (MAINT-VAC-1); ``service``/``admin`` only."""
+        """Purge one component or every topmost tombstone of a workspace (MAINT-MAN-1).
+
+        Optionally compacts afterwards (MAINT-VAC-1); ``service``/``admin`` only.
+        """
         session_id = _manual_target(request)
         run = await self._worker.run_manual(request.workspace_id, session_id, request.compact)
         return maintenance_pb2.RunManualPurgeResponse(
@@ -231,8 +233,11 @@ class MaintenanceServicer(maintenance_pb2_grpc.MaintenanceServiceServicer):
     async def GetMaintenanceStatus(
         self, request: maintenance_pb2.GetMaintenanceStatusRequest, context: Any
     ) -> maintenance_pb2.GetMaintenanceStatusResponse:
-        """Report retention, schedule, idle gate, runs, cleanup, database and an optional
-        manual-purge preview (MAINT-STAT-1); changes nothing."""
+        """Report the maintenance status (MAINT-STAT-1); changes nothing.
+
+        Retention, schedule, idle gate, runs, cleanup, database and an optional manual-purge
+        preview.
+        """
         scope = current_principal().scope
         preview = request.preview_workspace_id if request.HasField("preview_workspace_id") else None
         return _status(await self._status.read(scope, preview), scope)

@@ -1,0 +1,1 @@
+"""The refresolve service: reference listing, mention resolution and expansion (REF-*)."""

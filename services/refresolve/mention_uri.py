@@ -177,6 +177,20 @@ def parse_mention(uri: str) -> ParsedMention:
         MentionKindNotReference: a well-formed mention of another kind.
         MalformedMention: any malformed form (see the subclasses).
     """
+    path, query = _reference_path_and_query(uri)
+    if path in ("", "/"):
+        raise MissingId("the reference id path segment is missing")
+    if "/" in path[1:]:
+        raise UnexpectedUriShape("the reference id must be one path segment (encode '/' as %2F)")
+    reference_id = _decode(path[1:], "the reference id")
+    params = _parse_query(query)
+    if not reference_id:
+        raise MissingId("the reference id is empty")
+    return ParsedMention(_handle_of(reference_id, params), params.get("count"))
+
+
+def _reference_path_and_query(uri: str) -> tuple[str, str]:
+    """The raw path and query of a ``mention://reference`` URI, checked up to its shape."""
     if len(uri) > MAX_MENTION_LENGTH:
         raise MentionTooLong(f"must be at most {MAX_MENTION_LENGTH} characters")
     kind = mention_kind(uri)
@@ -190,14 +204,11 @@ def parse_mention(uri: str) -> ParsedMention:
     if "#" in rest:
         raise UnexpectedUriShape("a mention URI has no fragment")
     path, _, query = rest.partition("?")
-    if path in ("", "/"):
-        raise MissingId("the reference id path segment is missing")
-    if "/" in path[1:]:
-        raise UnexpectedUriShape("the reference id must be one path segment (encode '/' as %2F)")
-    reference_id = _decode(path[1:], "the reference id")
-    params = _parse_query(query)
-    if not reference_id:
-        raise MissingId("the reference id is empty")
+    return path, query
+
+
+def _handle_of(reference_id: str, params: dict[str, str]) -> ReferenceHandle:
+    """The handle a parsed mention names: its source, workspace and optional group."""
     source = params.get("source")
     if source is None:
         raise BadSource("source is required (app or task)")
@@ -209,8 +220,7 @@ def parse_mention(uri: str) -> ParsedMention:
     group_id = params.get("groupId")
     if group_id is not None and not group_id:
         raise MalformedMention("groupId must not be empty when present")
-    handle = ReferenceHandle(Source(source), reference_id, workspace_id, group_id)
-    return ParsedMention(handle, params.get("count"))
+    return ReferenceHandle(Source(source), reference_id, workspace_id, group_id)
 
 
 def _parse_query(query: str) -> dict[str, str]:
