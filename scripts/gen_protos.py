@@ -92,6 +92,11 @@ def check() -> int:
 
 
 def main() -> int:
+    """Regenerate the stubs, or with ``--check`` verify they are up to date.
+
+    Returns:
+        The exit status: 0 on success, 1 when ``--check`` finds stale stubs.
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="verify instead of writing")
     options = parser.parse_args()

@@ -100,6 +100,11 @@ def render(ids: list[str], references: dict[str, set[str]]) -> str:
 
 
 def main() -> int:
+    """Write docs/spec-coverage.md, or with ``--check`` verify it is up to date.
+
+    Returns:
+        The exit status: 0 on success (or without a spec), 1 when ``--check`` finds it stale.
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true")
     options = parser.parse_args()

@@ -23,7 +23,7 @@ MAX_COMPONENT_BYTES = 255
 
 
 def check_component(value: str, what: str) -> str:
-    """Return ``value`` if it is one safe path component, else raise ``ValueError``.
+    r"""Return ``value`` if it is one safe path component, else raise ``ValueError``.
 
     Host validates ids before they get here; this is defense in depth, so that no id can name
     a path outside its place in the layout.
@@ -33,7 +33,7 @@ def check_component(value: str, what: str) -> str:
         what: What the id is (``"session_id"``), for the message.
 
     Raises:
-        ValueError: Empty, ``.`` or ``..``, containing ``/``, ``\\``, NUL or another control
+        ValueError: Empty, ``.`` or ``..``, containing ``/``, ``\``, NUL or another control
             character, not encodable as UTF-8, or longer than 255 bytes.
     """
     if not isinstance(value, str) or not value:

@@ -150,8 +150,36 @@ def release_resources(layout: ResourceLayout, facts: CleanupFacts) -> ReleaseOut
         ResourceReleaseError: At least one class could not be released (every class was
             attempted; ``outcome`` lists the rest).
     """
+    plans = _plans(layout, facts)
+    released: list[str] = []
+    kept = [plan.name for plan in plans if plan.keep]
+    failures: list[str] = []
+    failed: list[str] = []
+    root_fd = _open_root(layout, plans, kept)
+    try:
+        for plan in plans:
+            if plan.keep:
+                continue
+            failure = _release(root_fd, plan)
+            if failure is None:
+                released.append(plan.name)
+            else:
+                failed.append(plan.name)
+                failures.append(failure)
+    finally:
+        if root_fd is not None:
+            os.close(root_fd)
+    outcome = ReleaseOutcome(tuple(released), tuple(kept))
+    if failures:
+        message = "could not release " + "; ".join(failures)
+        raise ResourceReleaseError(message, tuple(failed), outcome)
+    return outcome
+
+
+def _plans(layout: ResourceLayout, facts: CleanupFacts) -> tuple[_Plan, ...]:
+    """What each resource class removes, and whether the ownership facts keep it."""
     sid = facts.session_id
-    plans = (
+    return (
         _Plan(
             SESSION,
             keep=facts.id_owned_anywhere,
@@ -169,14 +197,19 @@ def release_resources(layout: ResourceLayout, facts: CleanupFacts) -> ReleaseOut
             remove=(layout.agent_lease_parts(sid),),
         ),
     )
-    released: list[str] = []
-    kept = [plan.name for plan in plans if plan.keep]
-    failures: list[str] = []
-    failed: list[str] = []
+
+
+def _open_root(layout: ResourceLayout, plans: tuple[_Plan, ...], kept: list[str]) -> int | None:
+    """A descriptor of the resource root; ``None`` when there is none (nothing to release).
+
+    Raises:
+        ResourceReleaseError: The root exists but cannot be opened (every class not kept
+            failed).
+    """
     try:
-        root_fd: int | None = os.open(layout.root, os.O_RDONLY | os.O_DIRECTORY)
+        return os.open(layout.root, os.O_RDONLY | os.O_DIRECTORY)
     except FileNotFoundError:
-        root_fd = None  # no root, no resources: every class is already released
+        return None  # no root, no resources: every class is already released
     except OSError as error:
         names = tuple(plan.name for plan in plans if not plan.keep)
         raise ResourceReleaseError(
@@ -184,33 +217,22 @@ def release_resources(layout: ResourceLayout, facts: CleanupFacts) -> ReleaseOut
             failed=names,
             outcome=ReleaseOutcome((), tuple(kept)),
         ) from None
+
+
+def _release(root_fd: int | None, plan: _Plan) -> str | None:
+    """Remove one class's paths and prune its parents; the failure's message, if any."""
+    current = plan.remove[0]
     try:
-        for plan in plans:
-            if plan.keep:
-                continue
-            current = plan.remove[0]
-            try:
-                if root_fd is not None:
-                    for current in plan.remove:
-                        _remove(root_fd, current)
-                    for current in plan.prune:
-                        _prune(root_fd, current)
-            except _NotFollowed as refused:
-                failed.append(plan.name)
-                failures.append(f"{plan.name}: {refused.where} is a symbolic link, not followed")
-            except OSError as error:
-                failed.append(plan.name)
-                failures.append(f"{plan.name}: {current}: {_why(error)}")
-            else:
-                released.append(plan.name)
-    finally:
         if root_fd is not None:
-            os.close(root_fd)
-    outcome = ReleaseOutcome(tuple(released), tuple(kept))
-    if failures:
-        message = "could not release " + "; ".join(failures)
-        raise ResourceReleaseError(message, tuple(failed), outcome)
-    return outcome
+            for current in plan.remove:
+                _remove(root_fd, current)
+            for current in plan.prune:
+                _prune(root_fd, current)
+    except _NotFollowed as refused:
+        return f"{plan.name}: {refused.where} is a symbolic link, not followed"
+    except OSError as error:
+        return f"{plan.name}: {current}: {_why(error)}"
+    return None
 
 
 def _why(error: OSError) -> str:
@@ -284,8 +306,10 @@ def _prune(root_fd: int, relative: PurePosixPath) -> None:
 
 
 def _rmtree(name: str, parent: int) -> None:
-    """``shutil.rmtree`` relative to ``parent`` (symlink-attack safe), tolerating entries that a
-    concurrent release removed first."""
+    """``shutil.rmtree`` relative to ``parent`` (symlink-attack safe).
+
+    Tolerates entries that a concurrent release removed first.
+    """
     if sys.version_info >= (3, 12):
 
         def on_exc(_func: Callable[..., Any], _path: str, error: BaseException) -> None:

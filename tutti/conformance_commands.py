@@ -1,14 +1,14 @@
-"""``tutti conformance run | provision``: replay the contract fixtures (CON-3, OPS-2).
+r"""``tutti conformance run | provision``: replay the contract fixtures (CON-3, OPS-2).
 
 ``run`` replays fixture files against any implementation, given each server's address
 and a bearer token per principal the fixtures authenticate as (``principals.yaml`` beside
 them). ``provision`` makes those tokens for a local suite: it adds one token per
 principal to a data directory's registry and prints the ``--token`` arguments, so::
 
-    tutti conformance provision tests/contract/fixtures/principals.yaml \\
+    tutti conformance provision tests/contract/fixtures/principals.yaml \
         --data-dir /tmp/conformance > /tmp/conformance-tokens
     tutti up --data-dir /tmp/conformance &
-    tutti conformance run tests/contract/fixtures/maintenance \\
+    tutti conformance run tests/contract/fixtures/maintenance \
         --address maintenance=127.0.0.1:50054 $(cat /tmp/conformance-tokens)
 
 Usage errors (a missing address or token, an unreadable fixture) print one line and exit 2.

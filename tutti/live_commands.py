@@ -82,8 +82,11 @@ def binding_for(session_id: str) -> str:
 
 
 def live_address(settings: CliSettings, option: str | None) -> str:
-    """Where livestream listens: ``--address``, ``TUTTI_LIVESTREAM_ADDRESS``, the running
-    suite's record (when it is the suite of this data directory), or the default port."""
+    """Where livestream listens.
+
+    ``--address``, ``TUTTI_LIVESTREAM_ADDRESS``, the running suite's record (when it is the
+    suite of this data directory), or the default port.
+    """
     if option:
         return option
     explicit = os.environ.get("TUTTI_LIVESTREAM_ADDRESS")

@@ -82,8 +82,11 @@ class _AddressSettings(BaseSettings):
 
 
 def maintenance_address(settings: CliSettings, option: str | None) -> str:
-    """Where maintenance listens: ``--address``, ``TUTTI_MAINTENANCE_ADDRESS``, the running
-    suite's record (when it is the suite of this data directory), or the default port."""
+    """Where maintenance listens.
+
+    ``--address``, ``TUTTI_MAINTENANCE_ADDRESS``, the running suite's record (when it is the
+    suite of this data directory), or the default port.
+    """
     if option:
         return option
     explicit = _AddressSettings().maintenance_address
