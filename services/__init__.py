@@ -1,0 +1,3 @@
+"""The suite's services, one package each: they share the contracts, the store and the server
+bootstrap, and never import each other (the import contracts in ``pyproject.toml``).
+"""
