@@ -174,6 +174,31 @@ def compute_plan(
     workspace_id: str, requested: Sequence[str], forest: Forest, roots: Iterable[str]
 ) -> DeletePlan:
     """The plan for ``requested`` over ``forest`` (every id must be in the forest)."""
+    closure = _closure(requested, forest)
+    newly = [member for member in closure if forest.rows[member].is_live]
+    newly_set = set(newly)
+    absorbed = _absorbed(closure, forest, newly_set)
+    absorbed_set = set(absorbed)
+    already = [
+        session_id
+        for session_id in requested
+        if not forest.rows[session_id].is_live and session_id not in absorbed_set
+    ]
+    return DeletePlan(
+        workspace_id=workspace_id,
+        requested=tuple(requested),
+        roots=frozenset(roots),
+        newly=tuple(newly),
+        absorbed=tuple(absorbed),
+        already_deleted=tuple(already),
+        components=_components(closure, newly_set | absorbed_set, forest),
+        parents={member: forest.rows[member].parent_session_id for member in closure},
+        fingerprint=_fingerprint(closure, forest),
+    )
+
+
+def _closure(requested: Sequence[str], forest: Forest) -> list[str]:
+    """The requested Sessions and all their descendants, each once, in request order."""
     closure: list[str] = []
     seen: set[str] = set()
     for session_id in requested:
@@ -181,23 +206,26 @@ def compute_plan(
             if member not in seen:
                 seen.add(member)
                 closure.append(member)
-    newly = [member for member in closure if forest.rows[member].is_live]
-    newly_set = set(newly)
+    return closure
+
+
+def _absorbed(closure: list[str], forest: Forest, newly: set[str]) -> list[str]:
+    """Members of the recoverable tombstoned components directly under a newly deleted member."""
     absorbed: list[str] = []
     for member in closure:
         row = forest.rows[member]
-        if row.is_live or row.parent_session_id not in newly_set:
+        if row.is_live or row.parent_session_id not in newly:
             continue
         verdict = forest.verdict(member)
         if verdict.restorable:  # legacy or incomplete components are never upgraded
             absorbed.extend(verdict.members)
-    absorbed_set = set(absorbed)
-    already = [
-        session_id
-        for session_id in requested
-        if not forest.rows[session_id].is_live and session_id not in absorbed_set
-    ]
-    delete_set = newly_set | absorbed_set
+    return absorbed
+
+
+def _components(
+    closure: list[str], delete_set: set[str], forest: Forest
+) -> tuple[tuple[str, ...], ...]:
+    """The delete set split by connectivity, each component parents first."""
     # Union-find over parent edges inside the exact delete set (HOST-DEL-3).
     leader: dict[str, str] = {member: member for member in delete_set}
 
@@ -216,10 +244,14 @@ def compute_plan(
         if member in delete_set:
             grouped.setdefault(find(member), []).append(member)
     depth = {member: forest.depth(member) for member in delete_set}
-    components = tuple(
+    return tuple(
         tuple(sorted(members, key=lambda m: (depth[m], m))) for members in grouped.values()
     )
-    fingerprint = frozenset(
+
+
+def _fingerprint(closure: list[str], forest: Forest) -> frozenset[tuple[object, ...]]:
+    """The closure's tree and tombstone state, compared again at commit."""
+    return frozenset(
         (
             member,
             forest.rows[member].parent_session_id,
@@ -229,17 +261,6 @@ def compute_plan(
             forest.rows[member].tombstone_legacy,
         )
         for member in closure
-    )
-    return DeletePlan(
-        workspace_id=workspace_id,
-        requested=tuple(requested),
-        roots=frozenset(roots),
-        newly=tuple(newly),
-        absorbed=tuple(absorbed),
-        already_deleted=tuple(already),
-        components=components,
-        parents={member: forest.rows[member].parent_session_id for member in closure},
-        fingerprint=fingerprint,
     )
 
 
@@ -339,12 +360,7 @@ async def commit_plan(ctx: HostContext, plan: DeletePlan) -> DeletionResult:
     workspace_id = plan.workspace_id
 
     async def run(scope: DeletionScope) -> DeletionResult:
-        forest = Forest(await scope.deletion.tree_rows(workspace_id, plan.roots, lock=True))
-        if any(session_id not in forest.rows for session_id in plan.requested):
-            raise stale_plan(workspace_id)
-        current = compute_plan(workspace_id, plan.requested, forest, plan.roots)
-        if current.fingerprint != plan.fingerprint:
-            raise stale_plan(workspace_id)
+        forest = await _verified_forest(scope, plan)
         now = ctx.clock()
         newly = list(plan.newly)
         _, superseded = await scope.deletion.open_interaction_turns(workspace_id, newly)
@@ -352,26 +368,7 @@ async def commit_plan(ctx: HostContext, plan: DeletePlan) -> DeletionResult:
         await scope.deletion.settle_runtime_commands(workspace_id, newly, now)
         await scope.deletion.settle_host_operations(workspace_id, newly, now)
         active = await scope.deletion.active_turn_keys(workspace_id, newly)
-        for session_id, turn_id in active:
-            session = await scope.activity.sessions.get(workspace_id, session_id)
-            turn = await scope.activity.turns.get(workspace_id, session_id, turn_id)
-            if session is None or turn is None or not lifecycle.is_active(turn):
-                continue  # settled already, as a child of an interrupted root Turn
-            await lifecycle.settle(
-                scope.activity, session, turn, "interrupted", now,
-                open_interactions_become="superseded",
-            )  # fmt: skip
-        for session_id, turn_id in active:
-            # Tell a connected runtime through the durable command path (HOST-RT-1).
-            session = await scope.activity.sessions.get(workspace_id, session_id)
-            if session is not None:
-                command_outbox.enqueue(
-                    scope.activity,
-                    ctx,
-                    session,
-                    "interrupt_turn",
-                    {"turnId": turn_id, "reason": "INTERRUPT_REASON_SESSION_DELETED"},
-                )
+        await _interrupt_active_turns(ctx, scope, workspace_id, active, now)
         # The runtime drops the provider session of every deleted Session that ran (after
         # its interrupt, which is older in the outbox); restore withdraws an undelivered one.
         await command_outbox.enqueue_many(
@@ -392,38 +389,93 @@ async def commit_plan(ctx: HostContext, plan: DeletePlan) -> DeletionResult:
         await scope.deletion.keep_updated_at(
             workspace_id, {m: forest.rows[m].updated_at_unix_ms for m in newly}
         )
-        requested = set(plan.requested)
-        absorbed_set = set(plan.absorbed)
-        deleted: list[DeletedMember] = []
-        absorbed: list[DeletedMember] = []
-        for component in plan.components:
-            generation = f"gen-{uuid.uuid4().hex}"
-            size = len(component)
-            await scope.deletion.tombstone(
-                workspace_id,
-                component,
-                deleted_at_unix_ms=now,
-                generation=generation,
-                component_size=size,
-            )
-            for member in component:
-                record = DeletedMember(
-                    member, plan.parents[member], member in requested, now, generation, size
-                )
-                if member in absorbed_set:
-                    absorbed.append(record)
-                    continue
-                deleted.append(record)
-                scope.deletion.note_deleted(workspace_id, member, generation, now)
+        deleted, absorbed = await _tombstone_components(scope, plan, now)
         return DeletionResult(
-            deleted=tuple(deleted),
-            absorbed=tuple(absorbed),
+            deleted=deleted,
+            absorbed=absorbed,
             already_deleted_session_ids=plan.already_deleted,
             interrupted_turn_ids=tuple(turn_id for _, turn_id in active),
             superseded_interaction_count=superseded,
         )
 
     return await deletion_runner(ctx.database.engine).run(run)
+
+
+async def _verified_forest(scope: DeletionScope, plan: DeletePlan) -> Forest:
+    """The plan's trees, locked, once they are shown unchanged since planning.
+
+    Raises:
+        Aborted: ``STALE_DELETE_PLAN`` when the closure differs from the plan.
+    """
+    workspace_id = plan.workspace_id
+    forest = Forest(await scope.deletion.tree_rows(workspace_id, plan.roots, lock=True))
+    if any(session_id not in forest.rows for session_id in plan.requested):
+        raise stale_plan(workspace_id)
+    current = compute_plan(workspace_id, plan.requested, forest, plan.roots)
+    if current.fingerprint != plan.fingerprint:
+        raise stale_plan(workspace_id)
+    return forest
+
+
+async def _interrupt_active_turns(
+    ctx: HostContext,
+    scope: DeletionScope,
+    workspace_id: str,
+    active: Sequence[tuple[str, str]],
+    now: int,
+) -> None:
+    """Settle the active Turns ``interrupted`` and queue an ``interrupt_turn`` for each."""
+    for session_id, turn_id in active:
+        session = await scope.activity.sessions.get(workspace_id, session_id)
+        turn = await scope.activity.turns.get(workspace_id, session_id, turn_id)
+        if session is None or turn is None or not lifecycle.is_active(turn):
+            continue  # settled already, as a child of an interrupted root Turn
+        await lifecycle.settle(
+            scope.activity, session, turn, "interrupted", now,
+            open_interactions_become="superseded",
+        )  # fmt: skip
+    for session_id, turn_id in active:
+        # Tell a connected runtime through the durable command path (HOST-RT-1).
+        session = await scope.activity.sessions.get(workspace_id, session_id)
+        if session is not None:
+            command_outbox.enqueue(
+                scope.activity,
+                ctx,
+                session,
+                "interrupt_turn",
+                {"turnId": turn_id, "reason": "INTERRUPT_REASON_SESSION_DELETED"},
+            )
+
+
+async def _tombstone_components(
+    scope: DeletionScope, plan: DeletePlan, now: int
+) -> tuple[tuple[DeletedMember, ...], tuple[DeletedMember, ...]]:
+    """Tombstone each component under a new generation; ``(deleted, absorbed)`` members."""
+    workspace_id = plan.workspace_id
+    requested = set(plan.requested)
+    absorbed_set = set(plan.absorbed)
+    deleted: list[DeletedMember] = []
+    absorbed: list[DeletedMember] = []
+    for component in plan.components:
+        generation = f"gen-{uuid.uuid4().hex}"
+        size = len(component)
+        await scope.deletion.tombstone(
+            workspace_id,
+            component,
+            deleted_at_unix_ms=now,
+            generation=generation,
+            component_size=size,
+        )
+        for member in component:
+            record = DeletedMember(
+                member, plan.parents[member], member in requested, now, generation, size
+            )
+            if member in absorbed_set:
+                absorbed.append(record)
+                continue
+            deleted.append(record)
+            scope.deletion.note_deleted(workspace_id, member, generation, now)
+    return tuple(deleted), tuple(absorbed)
 
 
 async def delete_sessions(

@@ -242,8 +242,11 @@ async def scan_trees(
 def _classify(
     forest: Forest, candidate: PurgeCandidate, cutoff_unix_ms: int
 ) -> ComponentFence | bool:
-    """A candidate's tree from its rows: its fence when eligible, else whether it is blocked
-    (a live or too-new member) rather than not restorable (left to HOST-DEL-10)."""
+    """A candidate's tree from its rows: its fence when eligible, else why it is not.
+
+    An ineligible tree is either blocked (a live or too-new member) or not restorable (left to
+    HOST-DEL-10).
+    """
     members = forest.subtree(candidate.session_id)
     rows = [forest.rows[m] for m in members]
     if any(
@@ -341,24 +344,132 @@ async def purge_deleted_sessions(
     ``trees_per_transaction`` caps how many small trees share one write transaction (1 gives
     a transaction per tree); a tree larger than ``ROWS_PER_TRANSACTION`` always goes alone.
     """
-    report = PurgeReport()
-    pending: list[TreeSelection] = []
-    pending_rows = 0
+    purge = _Purge(
+        ctx,
+        workspaces,
+        cutoff_unix_ms,
+        bounds,
+        dry_run=dry_run,
+        trees_per_transaction=trees_per_transaction,
+    )
+    return await purge.run()
 
-    async def flush() -> None:
-        nonlocal pending, pending_rows
-        batch, pending, pending_rows = pending, [], 0
+
+_Scan = tuple[asyncio.Task[list[ScanItem]], int]
+"""A scan in flight and the page size it asked for."""
+
+
+class _Purge:
+    """One ``PurgeDeletedSessions`` call: what it took of the bounds, its pending batch, report."""
+
+    def __init__(
+        self,
+        ctx: HostContext,
+        workspaces: WorkspaceFilter,
+        cutoff_unix_ms: int,
+        bounds: PurgeBounds,
+        *,
+        dry_run: bool,
+        trees_per_transaction: int,
+    ) -> None:
+        self._ctx = ctx
+        self._workspaces = workspaces
+        self._cutoff_unix_ms = cutoff_unix_ms
+        self._bounds = bounds
+        self._dry_run = dry_run
+        self._trees_per_transaction = trees_per_transaction
+        self.report = PurgeReport()
+        self._pending: list[TreeSelection] = []
+        self._pending_rows = 0
+        self._taken = self._rows = self._size = 0
+
+    async def run(self) -> PurgeReport:
+        """Scan page by page, reading the next page ahead while this one's trees are removed."""
+        upcoming: _Scan | None = self._scan(None)
+        try:
+            while upcoming is not None:
+                items = await upcoming[0]
+                full_page = len(items) == upcoming[1]
+                upcoming = None
+                if not items:
+                    break
+                eligible = sum(1 for item in items if item.selection is not None)
+                if full_page and self._taken + eligible < self._bounds.max_trees:
+                    # Read the next page while this one's trees are removed: the scan is a read
+                    # transaction of its own, and the fenced DELETE makes any staleness harmless.
+                    upcoming = self._scan(_after(items))
+                if not await self._take_page(items):
+                    return self.report
+                if upcoming is None and full_page:  # a short page was the last one
+                    upcoming = self._scan(_after(items))
+            await self._flush()
+            return self.report
+        finally:
+            if upcoming is not None:  # a page read ahead that is no longer needed
+                upcoming[0].cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await upcoming[0]
+
+    def _scan(self, after: tuple[int, str, str] | None) -> _Scan:
+        # No more candidates than the tree bound can still take (+1 to see whether more
+        # remain); blocked and skipped trees take no budget, so the loop may scan again.
+        first = SCAN_BATCH if after else FIRST_SCAN_BATCH
+        limit = max(1, min(first, self._bounds.max_trees - self._taken + 1))
+        task = asyncio.ensure_future(
+            scan_trees(
+                self._ctx,
+                self._workspaces,
+                self._cutoff_unix_ms,
+                after=after,
+                limit=limit,
+                with_members=self._dry_run,
+            )
+        )
+        return task, limit
+
+    async def _take_page(self, items: list[ScanItem]) -> bool:
+        """Batch a page's eligible trees; ``False`` once a bound ends the purge (flushed)."""
+        for item in items:
+            if item.blocked:
+                self.report.blocked_tree_count += 1
+                continue
+            selection = item.selection
+            if selection is None:
+                continue
+            if self._beyond_bounds(selection):
+                self.report.more_remaining = True
+                await self._flush()
+                return False
+            self._taken += 1
+            self._rows += selection.rows
+            self._size += selection.bytes
+            if self._pending and (
+                len(self._pending) >= self._trees_per_transaction
+                or self._pending_rows + selection.rows > ROWS_PER_TRANSACTION
+            ):
+                await self._flush()
+            self._pending.append(selection)
+            self._pending_rows += selection.rows
+        return True
+
+    def _beyond_bounds(self, selection: TreeSelection) -> bool:
+        """Whether taking ``selection`` would exceed a bound (the first tree always fits)."""
+        bounds = self._bounds
+        return self._taken >= bounds.max_trees or (
+            self._taken > 0
+            and (
+                self._rows + selection.rows > bounds.max_rows
+                or self._size + selection.bytes > bounds.max_bytes
+            )
+        )
+
+    async def _flush(self) -> None:
+        """Remove the pending batch (or, in a dry run, list it) and count it in the report."""
+        batch, self._pending, self._pending_rows = self._pending, [], 0
         if not batch:
             return
-        # Keyed by (workspace, topmost): the same Session id may exist in several workspaces.
-        removed: dict[tuple[str, str], list[str]] = {}
-        if dry_run:
-            removed = {(s.workspace_id, s.topmost): list(s.members) for s in batch}
-        else:
-            for workspace in dict.fromkeys(s.workspace_id for s in batch):
-                done = await purge_trees(ctx, [s for s in batch if s.workspace_id == workspace])
-                removed.update(((workspace, top), ids) for top, ids in done.items())
-            report.blocked_tree_count += len(batch) - len(removed)
+        removed = await self._remove(batch)
+        report = self.report
         for selection in batch:
             key = (selection.workspace_id, selection.topmost)
             if key not in removed:
@@ -368,68 +479,23 @@ async def purge_deleted_sessions(
             report.purged_row_count += selection.rows
             report.purged_bytes += selection.bytes
 
-    taken = rows = size = 0
+    async def _remove(self, batch: list[TreeSelection]) -> dict[tuple[str, str], list[str]]:
+        """``(workspace, topmost) -> removed Session ids``; changed trees count as blocked."""
+        # Keyed by (workspace, topmost): the same Session id may exist in several workspaces.
+        if self._dry_run:
+            return {(s.workspace_id, s.topmost): list(s.members) for s in batch}
+        removed: dict[tuple[str, str], list[str]] = {}
+        for workspace in dict.fromkeys(s.workspace_id for s in batch):
+            done = await purge_trees(self._ctx, [s for s in batch if s.workspace_id == workspace])
+            removed.update(((workspace, top), ids) for top, ids in done.items())
+        self.report.blocked_tree_count += len(batch) - len(removed)
+        return removed
 
-    def scan(after: tuple[int, str, str] | None) -> tuple[asyncio.Task[list[ScanItem]], int]:
-        # No more candidates than the tree bound can still take (+1 to see whether more
-        # remain); blocked and skipped trees take no budget, so the loop may scan again.
-        limit = max(1, min(SCAN_BATCH if after else FIRST_SCAN_BATCH, bounds.max_trees - taken + 1))
-        task = asyncio.ensure_future(
-            scan_trees(
-                ctx, workspaces, cutoff_unix_ms, after=after, limit=limit, with_members=dry_run
-            )
-        )
-        return task, limit
 
-    upcoming: tuple[asyncio.Task[list[ScanItem]], int] | None = scan(None)
-    try:
-        while upcoming is not None:
-            items = await upcoming[0]
-            full_page = len(items) == upcoming[1]
-            upcoming = None
-            if not items:
-                break
-            eligible = sum(1 for item in items if item.selection is not None)
-            if full_page and taken + eligible < bounds.max_trees:
-                # Read the next page while this one's trees are removed: the scan is a read
-                # transaction of its own, and the fenced DELETE makes any staleness harmless.
-                last = items[-1].candidate
-                upcoming = scan((last.deleted_at_unix_ms, last.workspace_id, last.session_id))
-            for item in items:
-                if item.blocked:
-                    report.blocked_tree_count += 1
-                    continue
-                selection = item.selection
-                if selection is None:
-                    continue
-                if taken >= bounds.max_trees or (
-                    taken > 0
-                    and (
-                        rows + selection.rows > bounds.max_rows
-                        or size + selection.bytes > bounds.max_bytes
-                    )
-                ):
-                    report.more_remaining = True
-                    await flush()
-                    return report
-                taken, rows, size = taken + 1, rows + selection.rows, size + selection.bytes
-                if pending and (
-                    len(pending) >= trees_per_transaction
-                    or pending_rows + selection.rows > ROWS_PER_TRANSACTION
-                ):
-                    await flush()
-                pending.append(selection)
-                pending_rows += selection.rows
-            if upcoming is None and full_page:  # a short page was the last one
-                last = items[-1].candidate
-                upcoming = scan((last.deleted_at_unix_ms, last.workspace_id, last.session_id))
-        await flush()
-        return report
-    finally:
-        if upcoming is not None:  # a page read ahead that is no longer needed
-            upcoming[0].cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await upcoming[0]
+def _after(items: list[ScanItem]) -> tuple[int, str, str]:
+    """The scan cursor after a page: its last candidate's ``(deleted_at, workspace, id)``."""
+    last = items[-1].candidate
+    return (last.deleted_at_unix_ms, last.workspace_id, last.session_id)
 
 
 # --------------------------------------------------------------------------- manual purge
