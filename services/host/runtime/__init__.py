@@ -1,3 +1,5 @@
-"""The runtime side: the RuntimeLink rules, decoded reports, the registry of connected runtimes and
-the live-settings port.
+"""The runtime side of Host: what connected runtimes report and what they are told.
+
+It owns the RuntimeLink rules, decoded reports, the registry of connected runtimes and the
+live-settings port.
 """

@@ -376,33 +376,13 @@ async def _apply(
             results[index] = ItemResult(index, "applied" if changed else "already_applied")
         elif session is None:
             raise refuse(index, "rejected", "UNKNOWN_SESSION", "report names an unknown Session")
-        elif isinstance(item, TurnPatchItem):
-            if item.terminal:
+        else:
+            if isinstance(item, TurnPatchItem) and item.terminal:
                 # The barrier: this Turn's messages commit before its terminal state.
-                for later, other in items[index + 1 :]:
-                    if (
-                        isinstance(other, MessageSnapshotItem)
-                        and other.turn_id == item.turn_id
-                        and later not in results
-                    ):
-                        progress.index = later
-                        results[later] = await _apply_message(
-                            repos, session, later, other, now, refuse
-                        )
-                        progress.index = index
-            results[index] = await _apply_turn_patch(repos, session, index, item, now, refuse)
-        elif isinstance(item, MessageSnapshotItem):
-            results[index] = await _apply_message(repos, session, index, item, now, refuse)
-        elif isinstance(item, TransitionInput):
-            results[index] = await _apply_transition(repos, session, index, item, now, refuse)
-        elif isinstance(item, DispositionInput):
-            outcome = await interactions.apply_disposition(repos, session, item, now)
-            if outcome.outcome == "rejected":
-                raise refuse(index, "rejected", "UNKNOWN_OPERATION", outcome.detail or "")
-            results[index] = ItemResult(index, outcome.outcome, outcome.stale)
-        elif isinstance(item, SessionLostItem):
-            changed = await _confirm_dead(repos, session, now)
-            results[index] = ItemResult(index, "applied" if changed else "already_applied")
+                await _apply_turn_messages(
+                    repos, session, items, index, item.turn_id, results, progress, now, refuse
+                )
+            results[index] = await _apply_item(repos, session, index, item, now, refuse)
         # Written now, so a store refusal is charged to the item that caused it.
         await repos.sessions.flush()
     ordered = tuple(results[index] for index in sorted(results))
@@ -411,6 +391,58 @@ async def _apply(
 
 
 Refuse = Callable[[int, str, str, str], _Refused]
+
+_SessionItem = (
+    TurnPatchItem | TransitionInput | MessageSnapshotItem | DispositionInput | SessionLostItem
+)
+"""A report item that needs its Session to exist."""
+
+
+async def _apply_turn_messages(
+    repos: ActivityRepositories,
+    session: Session,
+    items: list[tuple[int, ReportItem | None]],
+    index: int,
+    turn_id: str,
+    results: dict[int, ItemResult],
+    progress: _Progress,
+    now: int,
+    refuse: Refuse,
+) -> None:
+    """Apply the report's later message snapshots of ``turn_id`` ahead of its terminal patch."""
+    for later, other in items[index + 1 :]:
+        if (
+            isinstance(other, MessageSnapshotItem)
+            and other.turn_id == turn_id
+            and later not in results
+        ):
+            progress.index = later
+            results[later] = await _apply_message(repos, session, later, other, now, refuse)
+            progress.index = index
+
+
+async def _apply_item(
+    repos: ActivityRepositories,
+    session: Session,
+    index: int,
+    item: _SessionItem,
+    now: int,
+    refuse: Refuse,
+) -> ItemResult:
+    """Apply one item of an existing Session."""
+    if isinstance(item, TurnPatchItem):
+        return await _apply_turn_patch(repos, session, index, item, now, refuse)
+    if isinstance(item, MessageSnapshotItem):
+        return await _apply_message(repos, session, index, item, now, refuse)
+    if isinstance(item, TransitionInput):
+        return await _apply_transition(repos, session, index, item, now, refuse)
+    if isinstance(item, DispositionInput):
+        outcome = await interactions.apply_disposition(repos, session, item, now)
+        if outcome.outcome == "rejected":
+            raise refuse(index, "rejected", "UNKNOWN_OPERATION", outcome.detail or "")
+        return ItemResult(index, outcome.outcome, outcome.stale)
+    changed = await _confirm_dead(repos, session, now)
+    return ItemResult(index, "applied" if changed else "already_applied")
 
 
 async def _apply_session_patch(
@@ -425,48 +457,76 @@ async def _apply_session_patch(
     # HOST-SES-1: a patch that omits the target, or names it empty, never clears it.
     target_id = item.agent_target_id or None
     if session is None:
-        if item.parent_session_id is None:
-            raise refuse(index, "rejected", "UNKNOWN_SESSION", "report names an unknown Session")
-        # Locked: a concurrent delete of the parent either sees this child (its plan goes
-        # stale) or has tombstoned the parent, and no live child is put under a tombstone.
-        # The child's own id passed the purge fence in ``_frozen`` (HOST-DEL-11).
-        parent = await repos.sessions.get(report.workspace_id, item.parent_session_id, lock=True)
-        if parent is None or parent.deleted_at_unix_ms is not None:
-            raise refuse(index, "rejected", "UNKNOWN_SESSION", "parent Session not found")
-        if target_id is not None:
-            await _check_target(repos, report, index, target_id, parent.provider, refuse)
-        session = Session(
-            workspace_id=report.workspace_id,
-            session_id=report.session_id,
-            parent_session_id=parent.session_id,
-            root_session_id=parent.root_session_id,
-            parent_turn_id=item.parent_turn_id,
-            agent_target_id=target_id or parent.agent_target_id,
-            provider=parent.provider,
-            title=item.title or "",
-            cwd=item.cwd if item.cwd is not None else parent.cwd,
-            rail_section_key=parent.rail_section_key,
-            rail_project_path=parent.rail_project_path,
-            settings_json=parent.settings_json,
-            capabilities_json=parent.capabilities_json,
-            usage_json=item.usage_json,
-            message_version=0,
-            next_message_sequence=1,
-            created_at_unix_ms=now,
-            updated_at_unix_ms=now,
-        )
-        repos.sessions.add(session)
-        await repos.sessions.flush()
-        return session, True
+        child = await _create_child(repos, report, index, item, target_id, now, refuse)
+        return child, True
     if target_id is not None and target_id != session.agent_target_id:
         await _check_target(repos, report, index, target_id, session.provider, refuse)
-    before = (
+    before = _patched_fields(session)
+    _patch_fields(session, item, target_id)
+    changed = before != _patched_fields(session)
+    if changed:
+        session.updated_at_unix_ms = max(session.updated_at_unix_ms, now)
+    return session, changed
+
+
+async def _create_child(
+    repos: ActivityRepositories,
+    report: RuntimeReportInput,
+    index: int,
+    item: SessionPatchItem,
+    target_id: str | None,
+    now: int,
+    refuse: Refuse,
+) -> Session:
+    """Create the child Session a patch of an unknown id announces, from its live parent."""
+    if item.parent_session_id is None:
+        raise refuse(index, "rejected", "UNKNOWN_SESSION", "report names an unknown Session")
+    # Locked: a concurrent delete of the parent either sees this child (its plan goes
+    # stale) or has tombstoned the parent, and no live child is put under a tombstone.
+    # The child's own id passed the purge fence in ``_frozen`` (HOST-DEL-11).
+    parent = await repos.sessions.get(report.workspace_id, item.parent_session_id, lock=True)
+    if parent is None or parent.deleted_at_unix_ms is not None:
+        raise refuse(index, "rejected", "UNKNOWN_SESSION", "parent Session not found")
+    if target_id is not None:
+        await _check_target(repos, report, index, target_id, parent.provider, refuse)
+    session = Session(
+        workspace_id=report.workspace_id,
+        session_id=report.session_id,
+        parent_session_id=parent.session_id,
+        root_session_id=parent.root_session_id,
+        parent_turn_id=item.parent_turn_id,
+        agent_target_id=target_id or parent.agent_target_id,
+        provider=parent.provider,
+        title=item.title or "",
+        cwd=item.cwd if item.cwd is not None else parent.cwd,
+        rail_section_key=parent.rail_section_key,
+        rail_project_path=parent.rail_project_path,
+        settings_json=parent.settings_json,
+        capabilities_json=parent.capabilities_json,
+        usage_json=item.usage_json,
+        message_version=0,
+        next_message_sequence=1,
+        created_at_unix_ms=now,
+        updated_at_unix_ms=now,
+    )
+    repos.sessions.add(session)
+    await repos.sessions.flush()
+    return session
+
+
+def _patched_fields(session: Session) -> tuple[object, ...]:
+    """The Session fields a session patch can change."""
+    return (
         session.title,
         session.cwd,
         session.usage_json,
         session.agent_target_id,
         session.provider_resume_json,
     )
+
+
+def _patch_fields(session: Session, item: SessionPatchItem, target_id: str | None) -> None:
+    """Set the fields the patch carries (``target_id`` is its non-empty target, if any)."""
     if item.title is not None:
         session.title = item.title
     if item.cwd is not None:
@@ -482,16 +542,6 @@ async def _apply_session_patch(
         if item.runtime_context_json is not None:
             resume["runtimeContextJson"] = item.runtime_context_json
         session.provider_resume_json = json.dumps(resume, sort_keys=True)
-    after = (
-        session.title,
-        session.cwd,
-        session.usage_json,
-        session.agent_target_id,
-        session.provider_resume_json,
-    )
-    if before != after:
-        session.updated_at_unix_ms = max(session.updated_at_unix_ms, now)
-    return session, before != after
 
 
 async def _check_target(

@@ -111,8 +111,11 @@ class ItemResult:
 
 @dataclass(frozen=True)
 class ReportVerdict:
-    """Host's verdict on a report: ``applied``, ``already_applied``, ``conflict`` or
-    ``rejected`` (the last two commit nothing)."""
+    """Host's verdict on a report.
+
+    The outcome is ``applied``, ``already_applied``, ``conflict`` or ``rejected`` (the last two
+    commit nothing).
+    """
 
     report_id: str
     outcome: str
