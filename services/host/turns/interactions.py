@@ -215,8 +215,7 @@ async def submit_response(ctx: HostContext, request: ResponseRequest) -> Operati
     runner = activity_runner(ctx.database.engine)
 
     async def run(repos: ActivityRepositories) -> tuple[str, bool]:
-        ws = request.workspace_id
-        earlier = await repos.operations.by_key(ws, request.idempotency_key)
+        earlier = await repos.operations.by_key(request.workspace_id, request.idempotency_key)
         if earlier is not None:
             if earlier.request_fingerprint != request.fingerprint():
                 raise AlreadyExists(
@@ -225,70 +224,8 @@ async def submit_response(ctx: HostContext, request: ResponseRequest) -> Operati
                     metadata={"operation_id": earlier.operation_id},
                 )
             return earlier.operation_id, True
-        session = await repos.sessions.get(ws, request.session_id, lock=True)
-        row = await repos.interactions.get(
-            ws, request.session_id, request.turn_id, request.request_id
-        )
-        if session is None or row is None:
-            raise NotFound("Interaction not found", reason="INTERACTION_NOT_FOUND")
-        turn = await repos.turns.get(ws, request.session_id, request.turn_id)
-        if row.status != "pending" or not row.actionable or turn is None or turn.phase == "settled":
-            raise FailedPrecondition(
-                f"Interaction is {row.status}, not actionable",
-                reason="INTERACTION_NOT_ACTIONABLE",
-                metadata={"status": row.status},
-            )
-        now = ctx.clock()
-        operation_id = f"op-{uuid.uuid4()}"
-        repos.operations.add(
-            InteractionResponseOperation(
-                workspace_id=ws,
-                operation_id=operation_id,
-                idempotency_key=request.idempotency_key,
-                session_id=request.session_id,
-                turn_id=request.turn_id,
-                request_id=request.request_id,
-                request_fingerprint=request.fingerprint(),
-                action=request.action,
-                option_id=request.option_id,
-                answer_json=request.payload_json,
-                state="pending",
-                attempts=0,
-                created_at_unix_ms=now,
-                updated_at_unix_ms=now,
-            )
-        )
-        row.status = "resolving"
-        row.answer_json = json.dumps(
-            {
-                "action": request.action,
-                "option_id": request.option_id,
-                "payload_json": request.payload_json,
-                "answered_at_unix_ms": now,
-                "claim": "answered",
-            }
-        )
-        row.version += 1
-        row.updated_at_unix_ms = now
-        payload: dict[str, object] = {
-            "operationId": operation_id,
-            "turnId": request.turn_id,
-            "requestId": request.request_id,
-            "action": request.action,
-        }
-        if request.option_id is not None:
-            payload["optionId"] = request.option_id
-        if request.payload_json is not None:
-            payload["payloadJson"] = request.payload_json
-        command_outbox.enqueue(
-            repos,
-            ctx,
-            session,
-            "deliver_interaction_response",
-            payload,
-            operation_id=operation_id,
-        )
-        return operation_id, False
+        session, row = await _actionable(repos, request)
+        return _record_response(ctx, repos, session, row, request), False
 
     operation_id, replayed = await runner.run(run)
     view = await get_operation(ctx, request.workspace_id, operation_id)
@@ -299,6 +236,91 @@ async def submit_response(ctx: HostContext, request: ResponseRequest) -> Operati
         await asyncio.sleep(0.05)
         view = await get_operation(ctx, request.workspace_id, operation_id)
     return OperationView(view.operation, view.interaction, replayed)
+
+
+async def _actionable(
+    repos: ActivityRepositories, request: ResponseRequest
+) -> tuple[Session, Interaction]:
+    """The locked Session and the pending, actionable Interaction the response answers.
+
+    Raises:
+        NotFound: ``INTERACTION_NOT_FOUND``.
+        FailedPrecondition: ``INTERACTION_NOT_ACTIONABLE``.
+    """
+    ws = request.workspace_id
+    session = await repos.sessions.get(ws, request.session_id, lock=True)
+    row = await repos.interactions.get(ws, request.session_id, request.turn_id, request.request_id)
+    if session is None or row is None:
+        raise NotFound("Interaction not found", reason="INTERACTION_NOT_FOUND")
+    turn = await repos.turns.get(ws, request.session_id, request.turn_id)
+    if row.status != "pending" or not row.actionable or turn is None or turn.phase == "settled":
+        raise FailedPrecondition(
+            f"Interaction is {row.status}, not actionable",
+            reason="INTERACTION_NOT_ACTIONABLE",
+            metadata={"status": row.status},
+        )
+    return session, row
+
+
+def _record_response(
+    ctx: HostContext,
+    repos: ActivityRepositories,
+    session: Session,
+    row: Interaction,
+    request: ResponseRequest,
+) -> str:
+    """Add the operation, mark the Interaction ``resolving`` and queue the delivery command."""
+    now = ctx.clock()
+    operation_id = f"op-{uuid.uuid4()}"
+    repos.operations.add(
+        InteractionResponseOperation(
+            workspace_id=request.workspace_id,
+            operation_id=operation_id,
+            idempotency_key=request.idempotency_key,
+            session_id=request.session_id,
+            turn_id=request.turn_id,
+            request_id=request.request_id,
+            request_fingerprint=request.fingerprint(),
+            action=request.action,
+            option_id=request.option_id,
+            answer_json=request.payload_json,
+            state="pending",
+            attempts=0,
+            created_at_unix_ms=now,
+            updated_at_unix_ms=now,
+        )
+    )
+    row.status = "resolving"
+    row.answer_json = json.dumps(
+        {
+            "action": request.action,
+            "option_id": request.option_id,
+            "payload_json": request.payload_json,
+            "answered_at_unix_ms": now,
+            "claim": "answered",
+        }
+    )
+    row.version += 1
+    row.updated_at_unix_ms = now
+    payload: dict[str, object] = {
+        "operationId": operation_id,
+        "turnId": request.turn_id,
+        "requestId": request.request_id,
+        "action": request.action,
+    }
+    if request.option_id is not None:
+        payload["optionId"] = request.option_id
+    if request.payload_json is not None:
+        payload["payloadJson"] = request.payload_json
+    command_outbox.enqueue(
+        repos,
+        ctx,
+        session,
+        "deliver_interaction_response",
+        payload,
+        operation_id=operation_id,
+    )
+    return operation_id
 
 
 async def get_operation(ctx: HostContext, workspace_id: str, operation_id: str) -> OperationView:
@@ -335,8 +357,11 @@ class DispositionInput:
 async def apply_disposition(
     repos: ActivityRepositories, session: Session, item: DispositionInput, now: int
 ) -> TransitionOutcome:
-    """Record the runtime's disposition: ``pending`` releases the claim for a retry,
-    ``resolving`` keeps waiting, a terminal status completes the operation (HOST-INT-3)."""
+    """Record the runtime's disposition of an Interaction operation (HOST-INT-3).
+
+    ``pending`` releases the claim for a retry, ``resolving`` keeps waiting, a terminal status
+    completes the operation.
+    """
     operation = await repos.operations.get(session.workspace_id, item.operation_id)
     if (
         operation is None

@@ -202,9 +202,11 @@ class _Runs:
         self._low, self._end, self._core = 0, -1, 0
 
     def bounds(self, index: int) -> tuple[int, int]:
-        """``(end, core)`` for a body starting at ``index``: ``end`` is the first
-        whitespace at or after ``index`` (or the text's end); ``text[core:end]`` is its
-        trailing closing punctuation, ``index <= core <= end``."""
+        """``(end, core)`` for a body starting at ``index``.
+
+        ``end`` is the first whitespace at or after ``index`` (or the text's end);
+        ``text[core:end]`` is its trailing closing punctuation, ``index <= core <= end``.
+        """
         if not self._low <= index <= self._end:
             text = self._text
             end = index
@@ -220,8 +222,10 @@ class _Runs:
 def _match_at(
     text: str, runs: _Runs, start: int, accept: Callable[[str], bool], max_length: int
 ) -> str | None:
-    """The longest name at ``start`` that ``accept`` takes and that is followed only by
-    closing punctuation up to the next whitespace."""
+    """The longest name at ``start`` that ``accept`` takes.
+
+    The name must be followed only by closing punctuation up to the next whitespace.
+    """
     end, core = runs.bounds(start)
     for length in range(min(end - start, max_length), max(core - start, 1) - 1, -1):
         candidate = text[start : start + length]

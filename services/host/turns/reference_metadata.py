@@ -84,8 +84,11 @@ _MAX_BYTES = {
 
 @dataclass(frozen=True)
 class ReferenceProvenance:
-    """Who produced a reference (``source``), when (``created_at``, ISO-8601), its trust
-    label and, when known, the SHA-256 ``content_hash`` of the original bytes."""
+    """Where a reference came from and how far to trust it.
+
+    Who produced it (``source``), when (``created_at``, ISO-8601), its trust label and, when
+    known, the SHA-256 ``content_hash`` of the original bytes.
+    """
 
     source: str
     created_at: str
@@ -95,8 +98,11 @@ class ReferenceProvenance:
 
 @dataclass(frozen=True)
 class ReferenceMeta:
-    """One reference card. ``provenance`` is required; ``None`` only represents a request
-    that omitted it, which :func:`validate_references` rejects."""
+    """One reference card.
+
+    ``provenance`` is required; ``None`` only represents a request that omitted it, which
+    :func:`validate_references` rejects.
+    """
 
     id: str
     kind: str

@@ -201,9 +201,52 @@ async def persist_submission(
     if existing is not None:
         await _check_replay(repos, submission, existing)
         return True, None
+    await _check_deliverable(ctx, repos, session, submission)
+    now = ctx.clock()
+    active = (
+        await repos.turns.get(ws, sid, session.active_turn_id) if session.active_turn_id else None
+    )
+    if active is not None and not lifecycle.is_active(active):
+        active = None  # a stale reference never blocks a submission
+    rewrite = _rewrite(session, submission)
+    if submission.delivery == "guidance":
+        _guide(ctx, repos, session, active, submission, rewrite, now)
+        return False, None
+    interrupted: str | None = None
+    if active is not None:
+        if submission.delivery == "new_turn":
+            raise FailedPrecondition(
+                f"Turn {active.turn_id!r} is active",
+                reason="TURN_ACTIVE",
+                metadata={"active_turn_id": active.turn_id},
+            )
+        # An interrupt delivery stops the active Turn, then starts the new one. The
+        # replaced Turn settles `canceled` (`interrupted` is reserved for delete and
+        # runtime loss, HOST-TURN-5).
+        await lifecycle.settle(repos, session, active, "canceled", now)
+        command_outbox.enqueue(
+            repos,
+            ctx,
+            session,
+            "interrupt_turn",
+            {"turnId": active.turn_id, "reason": "INTERRUPT_REASON_DELIVERY"},
+        )
+        interrupted = active.turn_id
+    await _start_turn(ctx, repos, session, submission, rewrite, now)
+    return False, interrupted
 
+
+async def _check_deliverable(
+    ctx: HostContext, repos: ActivityRepositories, session: Session, submission: Submission
+) -> None:
+    """Refuse a submission no enabled target and connected runtime can take.
+
+    Raises:
+        FailedPrecondition: ``AGENT_TARGET_UNAVAILABLE`` or ``DELIVERY_MODE_UNSUPPORTED``.
+        Unavailable: ``RUNTIME_UNAVAILABLE``.
+    """
+    ws = session.workspace_id
     capabilities = Capabilities.from_json(session.capabilities_json)
-    target = None
     if session.agent_target_id:
         target = await repos.sessions.target(ws, session.agent_target_id)
         if target is not None:
@@ -235,59 +278,54 @@ async def persist_submission(
                 metadata={"delivery": submission.delivery},
             )
 
-    now = ctx.clock()
-    active = (
-        await repos.turns.get(ws, sid, session.active_turn_id) if session.active_turn_id else None
+
+def _guide(
+    ctx: HostContext,
+    repos: ActivityRepositories,
+    session: Session,
+    active: Turn | None,
+    submission: Submission,
+    rewrite: _Rewrite,
+    now: int,
+) -> None:
+    """Add a guidance message to the active Turn and queue its ``guidance`` command.
+
+    Raises:
+        FailedPrecondition: ``GUIDANCE_TARGET_NOT_ACTIVE``.
+    """
+    if active is None or active.turn_id != submission.target_turn_id:
+        raise FailedPrecondition(
+            f"Turn {submission.target_turn_id!r} is not the active Turn",
+            reason="GUIDANCE_TARGET_NOT_ACTIVE",
+            metadata={"target_turn_id": submission.target_turn_id or ""},
+        )
+    message = _user_message(repos, session, active, submission, rewrite, now)
+    command_outbox.enqueue(
+        repos,
+        ctx,
+        session,
+        "guidance",
+        {
+            "targetTurnId": active.turn_id,
+            "userMessageId": message.message_id,
+            "prompt": rewrite.prompt,
+            "references": [reference_to_json(r) for r in submission.references],
+        },
     )
-    if active is not None and not lifecycle.is_active(active):
-        active = None  # a stale reference never blocks a submission
-    rewrite = _rewrite(session, submission)
-    if submission.delivery == "guidance":
-        if active is None or active.turn_id != submission.target_turn_id:
-            raise FailedPrecondition(
-                f"Turn {submission.target_turn_id!r} is not the active Turn",
-                reason="GUIDANCE_TARGET_NOT_ACTIVE",
-                metadata={"target_turn_id": submission.target_turn_id or ""},
-            )
-        message = _user_message(repos, session, active, submission, rewrite, now)
-        command_outbox.enqueue(
-            repos,
-            ctx,
-            session,
-            "guidance",
-            {
-                "targetTurnId": active.turn_id,
-                "userMessageId": message.message_id,
-                "prompt": rewrite.prompt,
-                "references": [reference_to_json(r) for r in submission.references],
-            },
-        )
-        return False, None
 
-    interrupted: str | None = None
-    if active is not None:
-        if submission.delivery == "new_turn":
-            raise FailedPrecondition(
-                f"Turn {active.turn_id!r} is active",
-                reason="TURN_ACTIVE",
-                metadata={"active_turn_id": active.turn_id},
-            )
-        # An interrupt delivery stops the active Turn, then starts the new one. The
-        # replaced Turn settles `canceled` (`interrupted` is reserved for delete and
-        # runtime loss, HOST-TURN-5).
-        await lifecycle.settle(repos, session, active, "canceled", now)
-        command_outbox.enqueue(
-            repos,
-            ctx,
-            session,
-            "interrupt_turn",
-            {"turnId": active.turn_id, "reason": "INTERRUPT_REASON_DELIVERY"},
-        )
-        interrupted = active.turn_id
 
+async def _start_turn(
+    ctx: HostContext,
+    repos: ActivityRepositories,
+    session: Session,
+    submission: Submission,
+    rewrite: _Rewrite,
+    now: int,
+) -> None:
+    """Add the queued Turn with its user message and queue its ``start_turn`` command."""
     turn = Turn(
-        workspace_id=ws,
-        session_id=sid,
+        workspace_id=session.workspace_id,
+        session_id=session.session_id,
         turn_id=f"turn-{uuid.uuid4()}",
         client_submit_id=submission.client_submit_id,
         submit_fingerprint=submission.fingerprint(),
@@ -322,7 +360,6 @@ async def persist_submission(
             "session": await session_context(repos, session),
         },
     )
-    return False, interrupted
 
 
 async def _check_replay(

@@ -213,8 +213,7 @@ def go_trim_space(text: str) -> str:
 
 
 def _utf8_prefix(data: bytes, limit: int) -> str:
-    """The longest prefix of UTF-8 ``data`` of at most ``limit`` bytes ending on a
-    character boundary."""
+    """The longest prefix of UTF-8 ``data`` of at most ``limit`` bytes, on a character boundary."""
     end = max(0, min(limit, len(data)))
     # Back off continuation bytes (10xxxxxx) so no character is split.
     while 0 < end < len(data) and data[end] & 0xC0 == 0x80:
@@ -223,9 +222,11 @@ def _utf8_prefix(data: bytes, limit: int) -> str:
 
 
 def truncate_utf8(text: str, max_bytes: int) -> str:
-    """``text`` if it fits ``max_bytes`` UTF-8 bytes, else a valid UTF-8 prefix plus
-    :data:`TRUNCATION_MARKER`, together at most ``max_bytes`` (``max_bytes`` must be at
-    least the marker's length)."""
+    """``text`` cut to at most ``max_bytes`` UTF-8 bytes, marked when cut.
+
+    ``text`` itself if it fits, else a valid UTF-8 prefix plus :data:`TRUNCATION_MARKER`,
+    together at most ``max_bytes`` (``max_bytes`` must be at least the marker's length).
+    """
     if max_bytes < _MARKER_BYTES:
         raise ValueError("max_bytes must leave room for the truncation marker")
     return _Text(text).cut(max_bytes)
@@ -249,9 +250,9 @@ class _Text:
 
 
 def encode_payload(value: Any) -> str:
-    """Compact JSON (``,``/``:`` separators, non-ASCII kept, key order kept, no NaN).
+    r"""Compact JSON (``,``/``:`` separators, non-ASCII kept, key order kept, no NaN).
 
-    Lone surrogates (possible in JSON ``\\uD800`` escapes) are re-escaped so the text
+    Lone surrogates (possible in JSON ``\uD800`` escapes) are re-escaped so the text
     always encodes to valid UTF-8.
     """
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -549,17 +550,7 @@ def _render_structured(value: Any, leaf_cap: int) -> Any:
 
 def _render(node: _Node, stream_cap: int, leaf_cap: int) -> dict[str, Any]:
     payload = dict(node.head)
-    output: dict[str, Any] = {}
-    if node.output_text is not None:
-        output["text"] = node.output_text.cut(stream_cap)
-    if node.text_removed is not None:
-        output[TEXT_REMOVED_KEY] = node.text_removed
-    if node.matches is not None:
-        output["matches"] = node.matches
-    if len(node.saved_paths) == 1:
-        output["savedPath"] = node.saved_paths[0]
-    elif node.saved_paths:
-        output["savedPaths"] = list(node.saved_paths)
+    output = _render_output(node, stream_cap)
     if output:
         payload["output"] = output
     if node.error_text is not None:
@@ -577,6 +568,22 @@ def _render(node: _Node, stream_cap: int, leaf_cap: int) -> dict[str, Any]:
     return payload
 
 
+def _render_output(node: _Node, stream_cap: int) -> dict[str, Any]:
+    """The node's ``output`` object; empty when it has none of its fields."""
+    output: dict[str, Any] = {}
+    if node.output_text is not None:
+        output["text"] = node.output_text.cut(stream_cap)
+    if node.text_removed is not None:
+        output[TEXT_REMOVED_KEY] = node.text_removed
+    if node.matches is not None:
+        output["matches"] = node.matches
+    if len(node.saved_paths) == 1:
+        output["savedPath"] = node.saved_paths[0]
+    elif node.saved_paths:
+        output["savedPaths"] = list(node.saved_paths)
+    return output
+
+
 def _walk(node: _Node) -> list[_Node]:
     nodes = [node]
     for step in node.steps:
@@ -585,8 +592,10 @@ def _walk(node: _Node) -> list[_Node]:
 
 
 def _largest_fitting_cap(low: int, high: int, fits: Callable[[int], bool]) -> int | None:
-    """Largest cap in ``[low, high]`` for which ``fits`` holds (``fits`` is monotone:
-    a smaller cap never makes the payload larger); ``None`` if even ``low`` fails."""
+    """Largest cap in ``[low, high]`` for which ``fits`` holds; ``None`` if even ``low`` fails.
+
+    ``fits`` is monotone: a smaller cap never makes the payload larger.
+    """
     if not fits(low):
         return None
     while low < high:
@@ -623,12 +632,7 @@ def build_tool_call_payload(
     """
     root = _project(snapshot, field)
     leaves: list[_Leaf] = []
-    duplicates = False
-    for node in _walk(root):
-        if node.structured is not _ABSENT:
-            own_text = node.output_text.text if node.output_text is not None else None
-            node.structured, marked = _mark_structured(node.structured, own_text, leaves)
-            duplicates = duplicates or marked
+    duplicates = _mark_all_structured(root, leaves)
     streams = [text for node in _walk(root) for text in node.streams()]
 
     def attempt(stream_cap: int, leaf_cap: int) -> tuple[dict[str, Any], str, int]:
@@ -643,38 +647,68 @@ def build_tool_call_payload(
             or any(len(leaf.text.data) > leaf_cap for leaf in leaves)
         )
 
-    budget = limits.payload_bytes
     stream_cap, leaf_cap = limits.field_bytes, limits.structured_leaf_bytes
     payload, encoded, size = attempt(stream_cap, leaf_cap)
-    if size > budget:
-        longest = max((len(text.data) for text in streams), default=_MARKER_BYTES)
-        cap = _largest_fitting_cap(
-            _MARKER_BYTES,
-            max(_MARKER_BYTES, min(stream_cap, longest)),
-            lambda c: attempt(c, leaf_cap)[2] <= budget,
-        )
-        if cap is not None:
-            stream_cap = cap
-        else:
-            stream_cap = _MARKER_BYTES
-            longest_leaf = max((len(leaf.text.data) for leaf in leaves), default=_MARKER_BYTES)
-            cap = _largest_fitting_cap(
-                _MARKER_BYTES,
-                max(_MARKER_BYTES, min(leaf_cap, longest_leaf)),
-                lambda c: attempt(stream_cap, c)[2] <= budget,
-            )
-            if cap is None:
-                _, _, minimum = attempt(_MARKER_BYTES, _MARKER_BYTES)
-                raise ResourceExhausted(
-                    f"{field}: the tool-call payload needs {minimum} bytes without its output "
-                    f"streams; the budget is {budget}",
-                    reason=TOOL_PAYLOAD_TOO_LARGE,
-                    metadata={
-                        "field": field,
-                        "minimum_bytes": str(minimum),
-                        "budget_bytes": str(budget),
-                    },
-                )
-            leaf_cap = cap
+    if size > limits.payload_bytes:
+        stream_cap, leaf_cap = _fitting_caps(attempt, streams, leaves, limits, field)
         payload, encoded, size = attempt(stream_cap, leaf_cap)
     return ToolPayload(payload, encoded, size, shortened(stream_cap, leaf_cap))
+
+
+def _mark_all_structured(root: _Node, leaves: list[_Leaf]) -> bool:
+    """Mark the structured content of every node; whether any duplicate was replaced."""
+    duplicates = False
+    for node in _walk(root):
+        if node.structured is not _ABSENT:
+            own_text = node.output_text.text if node.output_text is not None else None
+            node.structured, marked = _mark_structured(node.structured, own_text, leaves)
+            duplicates = duplicates or marked
+    return duplicates
+
+
+_Attempt = Callable[[int, int], tuple[dict[str, Any], str, int]]
+"""Renders at ``(stream_cap, leaf_cap)``: the payload, its encoding and its size in bytes."""
+
+
+def _fitting_caps(
+    attempt: _Attempt,
+    streams: list[_Text],
+    leaves: list[_Leaf],
+    limits: PayloadLimits,
+    field: str,
+) -> tuple[int, int]:
+    """The largest ``(stream_cap, leaf_cap)`` that fit the budget: streams are cut first.
+
+    Raises:
+        ResourceExhausted: ``TOOL_PAYLOAD_TOO_LARGE`` when even the smallest caps do not fit.
+    """
+    budget = limits.payload_bytes
+    stream_cap, leaf_cap = limits.field_bytes, limits.structured_leaf_bytes
+    longest = max((len(text.data) for text in streams), default=_MARKER_BYTES)
+    cap = _largest_fitting_cap(
+        _MARKER_BYTES,
+        max(_MARKER_BYTES, min(stream_cap, longest)),
+        lambda c: attempt(c, leaf_cap)[2] <= budget,
+    )
+    if cap is not None:
+        return cap, leaf_cap
+    stream_cap = _MARKER_BYTES
+    longest_leaf = max((len(leaf.text.data) for leaf in leaves), default=_MARKER_BYTES)
+    cap = _largest_fitting_cap(
+        _MARKER_BYTES,
+        max(_MARKER_BYTES, min(leaf_cap, longest_leaf)),
+        lambda c: attempt(stream_cap, c)[2] <= budget,
+    )
+    if cap is None:
+        _, _, minimum = attempt(_MARKER_BYTES, _MARKER_BYTES)
+        raise ResourceExhausted(
+            f"{field}: the tool-call payload needs {minimum} bytes without its output "
+            f"streams; the budget is {budget}",
+            reason=TOOL_PAYLOAD_TOO_LARGE,
+            metadata={
+                "field": field,
+                "minimum_bytes": str(minimum),
+                "budget_bytes": str(budget),
+            },
+        )
+    return stream_cap, cap
