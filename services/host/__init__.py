@@ -1,0 +1,1 @@
+"""The Host service: Sessions, their Turns and activity (HostService, RuntimeLinkService)."""

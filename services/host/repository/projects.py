@@ -43,9 +43,12 @@ class ProjectRepository:
     async def get(
         self, workspace_id: str, section_key: str, *, lock: str | None = None
     ) -> ProjectRecord | None:
-        """One project. ``lock="share"`` keeps it from being removed until commit (a creating
-        Session's placement check); ``lock="update"`` excludes those (the remove finalize).
-        SQLite needs neither: its write transactions are serialized (BEGIN IMMEDIATE)."""
+        """One project, optionally row-locked.
+
+        ``lock="share"`` keeps it from being removed until commit (a creating Session's
+        placement check); ``lock="update"`` excludes those (the remove finalize). SQLite needs
+        neither: its write transactions are serialized (BEGIN IMMEDIATE).
+        """
         query = select(UserProject).where(
             UserProject.workspace_id == workspace_id, UserProject.project_key == section_key
         )

@@ -204,9 +204,11 @@ class PurgeRepository(IdSetStatements):
         )
 
     def _owned_per_member(self, workspace_id: str, fences: Sequence[ComponentFence]) -> Any:
-        """The SQLite form of the volume: correlated per-member counts. Joined, SQLite's planner
-        drives the join from the owned table's workspace prefix and reads every message of
-        the workspace; correlated, it probes each member's index range."""
+        """The SQLite form of the volume: correlated per-member counts.
+
+        Joined, SQLite's planner drives the join from the owned table's workspace prefix and
+        reads every message of the workspace; correlated, it probes each member's index range.
+        """
 
         def owned(model: Any, aggregate: ColumnElement[Any]) -> Any:
             return (
@@ -233,8 +235,11 @@ class PurgeRepository(IdSetStatements):
     async def component_volumes(
         self, workspace_id: str, fences: Sequence[ComponentFence]
     ) -> dict[str, tuple[int, int]]:
-        """Per generation: owned canonical rows (Turns, Messages, Interactions; the Sessions
-        themselves not included) and stored message payload bytes. One statement per chunk."""
+        """Per generation: owned canonical rows and stored message payload bytes.
+
+        The owned rows are Turns, Messages and Interactions (the Sessions themselves not
+        included). One statement per chunk.
+        """
         volumes: dict[str, list[int]] = {}
         for chunk in self._chunks(fences):
             if self._postgres:
@@ -269,9 +274,11 @@ class PurgeRepository(IdSetStatements):
     # --------------------------------------------------------------------------- write
 
     async def lock_roots(self, workspace_id: str, root_ids: Sequence[str]) -> None:
-        """Postgres: ``FOR UPDATE`` on the tree roots, in id order — the order every
-        Turn-settling writer and delete uses, so a purge never deadlocks with them. SQLite's
-        ``BEGIN IMMEDIATE`` already excludes every other writer."""
+        """Postgres: ``FOR UPDATE`` on the tree roots, in id order.
+
+        That is the order every Turn-settling writer and delete uses, so a purge never
+        deadlocks with them. SQLite's ``BEGIN IMMEDIATE`` already excludes every other writer.
+        """
         if not self._postgres:
             return
         roots = sorted(set(root_ids))

@@ -1,5 +1,8 @@
-"""SQL of agent targets. Deployment-wide targets live under the reserved workspace key
-``store.models.DEPLOYMENT_WORKSPACE_KEY`` (ADR 0012)."""
+"""SQL of agent targets.
+
+Deployment-wide targets live under the reserved workspace key
+``store.models.DEPLOYMENT_WORKSPACE_KEY`` (ADR 0012).
+"""
 
 from __future__ import annotations
 

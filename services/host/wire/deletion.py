@@ -185,8 +185,10 @@ class DeletionRpcs:
     async def CompleteResourceCleanups(
         self, request: host_pb2.CompleteResourceCleanupsRequest, context: Any
     ) -> host_pb2.CompleteResourceCleanupsResponse:
-        """Complete up to 1000 cleanup rows in one transaction (HOST-CLEAN-1); every row
-        must be in the call's workspaces, else nothing changes."""
+        """Complete up to 1000 cleanup rows in one transaction (HOST-CLEAN-1).
+
+        Every row must be in the call's workspaces, else nothing changes.
+        """
         allowed = current_scope().workspaces
         rows = [(row.workspace_id, row.session_id) for row in request.cleanups]
         for index, (workspace_id, _) in enumerate(rows):

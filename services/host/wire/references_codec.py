@@ -43,8 +43,11 @@ def _from_proto(message: canonical_pb2.ReferenceMeta) -> ReferenceMeta:
 def references_from_proto(
     messages: Iterable[canonical_pb2.ReferenceMeta],
 ) -> tuple[ReferenceMeta, ...]:
-    """Domain references of a request; a missing ``provenance`` becomes ``None`` so the
-    validator reports ``references[i].provenance``."""
+    """Domain references of a request.
+
+    A missing ``provenance`` becomes ``None`` so the validator reports
+    ``references[i].provenance``.
+    """
     return tuple(_from_proto(message) for message in messages)
 
 
