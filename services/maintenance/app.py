@@ -102,7 +102,7 @@ class Maintenance:
         self.worker.drain()
 
     async def stop(self) -> None:
-        """Stop the schedule, wait (bounded) for a manual run, close Host and the store."""
+        """Let a run end after its batch, then stop the schedule and close Host and the store."""
         self.worker.drain()
         await self.worker.wait_idle(STOP_WAIT_SECONDS)
         await self.scheduler.stop()

@@ -20,6 +20,7 @@ continues.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import uuid
@@ -230,9 +231,20 @@ class MaintenanceWorker:
             self._lock.release()
 
     async def wait_idle(self, timeout_seconds: float) -> None:
-        """Wait (bounded) for runs started by callers to finish (service stop)."""
-        if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=timeout_seconds)
+        """Wait (bounded) until no run holds the worker (service stop, after :meth:`drain`).
+
+        A drained run ends after its in-flight batch, so the stop does not cancel it in the
+        middle of a Host call.
+        """
+
+        async def idle() -> None:
+            if self._tasks:
+                await asyncio.wait(set(self._tasks))
+            async with self._lock:
+                pass
+
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(idle(), timeout_seconds)
 
     async def _workspace_batch(
         self, workspace_id: str, session_id: str | None, *, dry_run: bool = False

@@ -176,3 +176,29 @@ def test_a_refused_target_changes_nothing(stack: Stack) -> None:
     assert error_details(missing.value)[:2] == (grpc.StatusCode.NOT_FOUND, "SESSION_NOT_FOUND")
     assert tombstones(stack) == {"kept"}
     assert not m.status().HasField("last_run")
+
+
+@pytest.mark.spec("MAINT-IDLE-1", "ARCH-4")
+def test_a_stop_lets_the_run_in_flight_end_after_its_batch(stack: Stack) -> None:
+    stack.tombstone({f"t{i}": None for i in range(4)})
+    clock = fake_clock()
+    hold = threading.Event()
+    recorders: list[Recorder] = []
+
+    def wrap(host: Any) -> Any:
+        recorders.append(Recorder(host, hold_automatic=hold))
+        return recorders[0]
+
+    m = stack.maintenance(clock, wrap=wrap, maintenance_batch_max_trees=1)
+    clock.advance(600)  # the automatic run starts and is held inside its first batch
+    assert eventually(lambda: recorders[0].calls == ["automatic"])
+    stopping = threading.Thread(target=m.server.stop, args=(5.0,))
+    stopping.start()
+    time.sleep(0.3)
+    hold.set()
+    stopping.join(timeout=30)
+    last = m.parts.worker.last
+    assert last is not None
+    assert last.state.value == "STOPPED_DRAINING"
+    assert last.batches_completed == 1
+    assert len(tombstones(stack)) == 3, "the held batch committed; no batch started after it"
