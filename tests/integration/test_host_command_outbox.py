@@ -7,18 +7,19 @@ operation completes. Unacknowledged commands keep their durable retry.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
 from sqlalchemy import select
 
 from agentactivity.canonical.v1 import canonical_pb2
-from agentactivity.host.v1 import host_pb2, runtime_pb2
+from agentactivity.host.v1 import runtime_pb2
 from store.engine import create_sync_engine_for
 from store.models import RuntimeCommandOutbox
-from tests.integration.host_activity import DEVICE, WS, HostUnderTest, start_host
-from tests.support.runtime_client import interaction, turn_patch
+from tests.integration.host_activity import WS, HostUnderTest, start_host
+from tests.support.host_activity_calls import submit_response
+from tests.support.polling import eventually
+from tests.support.runtime_client import interaction, interaction_disposition, turn_patch
 from tests.support.servers import LiveServer
 
 
@@ -43,12 +44,15 @@ def _eventually(
     host: HostUnderTest, check: Callable[[dict[str, tuple[str, int]]], bool]
 ) -> dict[str, tuple[str, int]]:
     # An acknowledgement is a fire-and-forget frame: wait for its transaction.
-    deadline = time.monotonic() + 10
-    while True:
+    rows: dict[str, tuple[str, int]] = {}
+
+    def holds() -> bool:
+        nonlocal rows
         rows = _outbox(host)
-        if check(rows) or time.monotonic() > deadline:
-            return rows
-        time.sleep(0.02)
+        return check(rows)
+
+    eventually(holds)  # on a timeout, the last rows read go to the caller's assertion
+    return rows
 
 
 @pytest.mark.spec("HOST-RT-1")
@@ -99,17 +103,7 @@ def test_a_delivered_response_stays_until_its_operation_completes(
         turn_patch(turn.turn_id, canonical_pb2.TURN_PHASE_AWAITING_INTERACTION),
         interaction(turn.turn_id, "q1"),
     )
-    operation = host.stub.SubmitInteractionResponse(
-        host_pb2.SubmitInteractionResponseRequest(
-            workspace_id=WS,
-            session_id="s1",
-            turn_id=turn.turn_id,
-            request_id="q1",
-            action="allow",
-            idempotency_key="k1",
-        ),
-        metadata=DEVICE,
-    ).operation
+    operation = submit_response(host.stub, turn.turn_id, "k1").operation
     delivery = runtime.next_command()
     runtime.ack(delivery.command_id)
     # Accepted, but the operation is open: a ``pending`` disposition may still re-send it.
@@ -120,14 +114,12 @@ def test_a_delivered_response_stays_until_its_operation_completes(
         WS,
         "s1",
         "r2",
-        runtime_pb2.ReportItem(
-            interaction_disposition=runtime_pb2.InteractionResponseDisposition(
-                operation_id=operation.operation_id,
-                command_id=delivery.command_id,
-                turn_id=turn.turn_id,
-                request_id="q1",
-                disposition=canonical_pb2.INTERACTION_STATUS_ANSWERED,
-            )
+        interaction_disposition(
+            turn.turn_id,
+            "q1",
+            canonical_pb2.INTERACTION_STATUS_ANSWERED,
+            operation_id=operation.operation_id,
+            command_id=delivery.command_id,
         ),
         turn_patch(
             turn.turn_id,

@@ -3,30 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import grpc
 import pytest
 
 from agentactivity.canonical.v1 import canonical_pb2
-from agentactivity.host.v1 import host_pb2, runtime_pb2
-from tests.integration.host_activity import DEVICE, WS, HostUnderTest, error_reason, start_host
-from tests.support.runtime_client import ScriptedRuntime, interaction, text_message, turn_patch
+from agentactivity.host.v1 import host_pb2
+from tests.integration.host_activity import WS, HostUnderTest, error_reason, start_host
+from tests.support.host_activity_calls import (
+    attention_items,
+    response_operation,
+    session_messages,
+    submit_response,
+)
+from tests.support.runtime_client import (
+    ScriptedRuntime,
+    interaction,
+    interaction_disposition,
+    text_message,
+    turn_patch,
+)
 from tests.support.servers import LiveServer
-
-
-def _respond(host: HostUnderTest, turn_id: str, key: str, action: str = "allow", **kw: object):  # type: ignore[no-untyped-def]
-    return host.stub.SubmitInteractionResponse(
-        host_pb2.SubmitInteractionResponseRequest(
-            workspace_id=WS,
-            session_id="s1",
-            turn_id=turn_id,
-            request_id="q1",
-            action=action,
-            idempotency_key=key,
-            **kw,  # type: ignore[arg-type]
-        ),
-        metadata=DEVICE,
-    )
 
 
 def _pending(host: HostUnderTest) -> tuple[ScriptedRuntime, str]:
@@ -43,27 +41,13 @@ def _pending(host: HostUnderTest) -> tuple[ScriptedRuntime, str]:
     return runtime, turn.turn_id
 
 
-def _disposition(op_id: str, command_id: str, turn_id: str, status: int) -> runtime_pb2.ReportItem:
-    return runtime_pb2.ReportItem(
-        interaction_disposition=runtime_pb2.InteractionResponseDisposition(
-            operation_id=op_id,
-            command_id=command_id,
-            turn_id=turn_id,
-            request_id="q1",
-            disposition=status,  # type: ignore[arg-type]
-        )
-    )
-
-
 @pytest.mark.spec("HOST-INT-3", "HOST-INT-4", "HOST-INT-1")
 def test_a_response_is_a_durable_operation_completed_by_the_runtime(
     migrated_db_url: str, live_server: Callable[..., LiveServer]
 ) -> None:
     host = start_host(live_server, migrated_db_url)
     runtime, turn_id = _pending(host)
-    items = host.stub.ListAttentionItems(
-        host_pb2.ListAttentionItemsRequest(workspace_id=WS), metadata=DEVICE
-    ).items
+    items = attention_items(host.stub)
     assert len(items) == 1
     item = items[0]
     assert (item.session_id, item.turn_id, item.request_id) == ("s1", turn_id, "q1")
@@ -71,7 +55,7 @@ def test_a_response_is_a_durable_operation_completed_by_the_runtime(
     assert (item.root_session_id, item.provider, item.title) == ("s1", "demo", "title of s1")
     assert item.summary == "The agent wants to run ls"
 
-    first = _respond(host, turn_id, "k1", payload_json='{"remember": true}')
+    first = submit_response(host.stub, turn_id, "k1", payload_json='{"remember": true}')
     operation = first.operation
     assert not first.replayed
     assert operation.status in (
@@ -84,20 +68,18 @@ def test_a_response_is_a_durable_operation_completed_by_the_runtime(
     assert command.deliver_interaction_response.payload_json == '{"remember": true}'
     runtime.ack(command.command_id)
     # A claimed Interaction is no longer an attention item.
-    assert not host.stub.ListAttentionItems(
-        host_pb2.ListAttentionItemsRequest(workspace_id=WS), metadata=DEVICE
-    ).items
+    assert not attention_items(host.stub)
 
-    replay = _respond(host, turn_id, "k1", payload_json='{"remember": true}')
+    replay = submit_response(host.stub, turn_id, "k1", payload_json='{"remember": true}')
     assert replay.replayed
     assert replay.operation.operation_id == operation.operation_id
     assert runtime.commands.empty()  # a replay never re-sends
     with pytest.raises(grpc.RpcError) as changed:
-        _respond(host, turn_id, "k1", action="deny")
+        submit_response(host.stub, turn_id, "k1", action="deny")
     assert changed.value.code() == grpc.StatusCode.ALREADY_EXISTS
     assert error_reason(changed.value) == "IDEMPOTENCY_KEY_CONFLICT"
     with pytest.raises(grpc.RpcError) as other_key:
-        _respond(host, turn_id, "k2")
+        submit_response(host.stub, turn_id, "k2")
     assert error_reason(other_key.value) == "INTERACTION_NOT_ACTIONABLE"
 
     # The runtime's "pending" releases the claim: the operation is re-dispatched.
@@ -105,19 +87,15 @@ def test_a_response_is_a_durable_operation_completed_by_the_runtime(
         WS,
         "s1",
         "r2",
-        _disposition(
-            operation.operation_id,
-            command.command_id,
+        interaction_disposition(
             turn_id,
+            "q1",
             canonical_pb2.INTERACTION_STATUS_PENDING,
+            operation_id=operation.operation_id,
+            command_id=command.command_id,
         ),
     )
-    view = host.stub.GetInteractionResponseOperation(
-        host_pb2.GetInteractionResponseOperationRequest(
-            workspace_id=WS, operation_id=operation.operation_id
-        ),
-        metadata=DEVICE,
-    ).operation
+    view = response_operation(host.stub, operation.operation_id)
     assert view.status == host_pb2.INTERACTION_RESPONSE_OPERATION_STATUS_PENDING
     assert view.interaction.status == canonical_pb2.INTERACTION_STATUS_RESOLVING
 
@@ -126,14 +104,17 @@ def test_a_response_is_a_durable_operation_completed_by_the_runtime(
         WS,
         "s1",
         "r3",
-        _disposition(
-            operation.operation_id,
-            command.command_id,
+        interaction_disposition(
             turn_id,
+            "q1",
             canonical_pb2.INTERACTION_STATUS_SUPERSEDED,
+            operation_id=operation.operation_id,
+            command_id=command.command_id,
         ),
     )
-    done = _respond(host, turn_id, "k1", payload_json='{"remember": true}', wait_timeout_ms=2000)
+    done = submit_response(
+        host.stub, turn_id, "k1", payload_json='{"remember": true}', wait_timeout_ms=2000
+    )
     assert done.operation.status == host_pb2.INTERACTION_RESPONSE_OPERATION_STATUS_COMPLETED
     assert done.operation.disposition == canonical_pb2.INTERACTION_STATUS_SUPERSEDED
     assert done.operation.interaction.status == canonical_pb2.INTERACTION_STATUS_SUPERSEDED
@@ -157,14 +138,18 @@ def test_a_response_waits_for_the_runtime_disposition(
             WS,
             "s1",
             "r9",
-            _disposition(
-                op_id, command.command_id, turn_id, canonical_pb2.INTERACTION_STATUS_ANSWERED
+            interaction_disposition(
+                turn_id,
+                "q1",
+                canonical_pb2.INTERACTION_STATUS_ANSWERED,
+                operation_id=op_id,
+                command_id=command.command_id,
             ),
         )
 
     worker = threading.Thread(target=answer)
     worker.start()
-    done = _respond(host, turn_id, "k1", wait_timeout_ms=5000)
+    done = submit_response(host.stub, turn_id, "k1", wait_timeout_ms=5000)
     worker.join(timeout=30)
     assert not worker.is_alive(), "the scripted runtime did not finish answering"
     assert done.operation.status == host_pb2.INTERACTION_RESPONSE_OPERATION_STATUS_COMPLETED
@@ -179,13 +164,10 @@ def test_unknown_interactions_and_operations_are_not_found(
 ) -> None:
     host = start_host(live_server, migrated_db_url)
     with pytest.raises(grpc.RpcError) as missing:
-        _respond(host, "t-x", "k1")
+        submit_response(host.stub, "t-x", "k1")
     assert error_reason(missing.value) == "INTERACTION_NOT_FOUND"
     with pytest.raises(grpc.RpcError) as op:
-        host.stub.GetInteractionResponseOperation(
-            host_pb2.GetInteractionResponseOperationRequest(workspace_id=WS, operation_id="op"),
-            metadata=DEVICE,
-        )
+        response_operation(host.stub, "op")
     assert error_reason(op.value) == "OPERATION_NOT_FOUND"
 
 
@@ -206,12 +188,7 @@ def test_messages_page_both_ways_by_version(
     # Rewriting m0 gives it the newest version; its sequence never changes.
     runtime.report(WS, "s1", "r2", text_message("m0", turn.turn_id, "rewritten"))
 
-    def page(**kwargs: object) -> host_pb2.ListSessionMessagesResponse:
-        response: host_pb2.ListSessionMessagesResponse = host.stub.ListSessionMessages(
-            host_pb2.ListSessionMessagesRequest(workspace_id=WS, session_id="s1", **kwargs),  # type: ignore[arg-type]
-            metadata=DEVICE,
-        )
-        return response
+    page = partial(session_messages, host.stub)
 
     everything = page()
     assert everything.latest_version == 7

@@ -18,8 +18,20 @@ import pytest
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2, runtime_pb2
 from services.host.runtime.registry import RuntimeRegistry
-from tests.integration.host_activity import DEVICE, WS, error_reason, start_host
-from tests.support.runtime_client import interaction, text_message, turn_patch
+from tests.integration.host_activity import WS, error_reason, start_host
+from tests.support.host_activity_calls import (
+    attention_items,
+    response_operation,
+    session_messages,
+    session_turn,
+    submit_response,
+)
+from tests.support.runtime_client import (
+    interaction,
+    interaction_disposition,
+    text_message,
+    turn_patch,
+)
 from tests.support.servers import LiveServer
 
 RUNNING = canonical_pb2.TURN_PHASE_RUNNING
@@ -90,22 +102,6 @@ def loss_timers(monkeypatch: pytest.MonkeyPatch) -> LossTimers:
     return timers
 
 
-def _messages(host, **kwargs) -> host_pb2.ListSessionMessagesResponse:  # type: ignore[no-untyped-def]
-    response: host_pb2.ListSessionMessagesResponse = host.stub.ListSessionMessages(
-        host_pb2.ListSessionMessagesRequest(workspace_id=WS, session_id="s1", **kwargs),
-        metadata=DEVICE,
-    )
-    return response
-
-
-def _turn(host, turn_id: str) -> canonical_pb2.Turn:  # type: ignore[no-untyped-def]
-    turns = host.stub.ListSessionTurns(
-        host_pb2.ListSessionTurnsRequest(workspace_id=WS, session_id="s1"), metadata=DEVICE
-    ).turns
-    found: canonical_pb2.Turn = next(t for t in turns if t.turn_id == turn_id)
-    return found
-
-
 @pytest.mark.spec("HOST-RT-1")
 def test_hello_is_required_and_welcome_names_the_served_targets(
     migrated_db_url: str, live_server: Callable[..., LiveServer]
@@ -157,17 +153,17 @@ def test_messages_in_a_terminal_batch_commit_before_the_settlement(
     )
     assert result.outcome == APPLIED
     assert result.item_results[4].stale  # a later non-terminal patch never reopens the Turn
-    settled = _turn(host, turn.turn_id)
+    settled = session_turn(host.stub, turn.turn_id)
     assert settled.phase == SETTLED
     assert settled.outcome == canonical_pb2.TURN_OUTCOME_COMPLETED
     assert settled.result_message_id == "m2"
-    page = _messages(host)
+    page = session_messages(host.stub)
     assert [m.message_id for m in page.messages] == ["client-submit:user:c1", "m1", "m2"]
     assert page.messages[2].user_visible_assistant_response is True
     # A later message never becomes the frozen result.
     late = runtime.report(WS, "s1", "r2", text_message("m3", turn.turn_id, "late"))
     assert late.outcome == APPLIED
-    assert _turn(host, turn.turn_id).result_message_id == "m2"
+    assert session_turn(host.stub, turn.turn_id).result_message_id == "m2"
     # An exact replay of a report changes nothing.
     replay = runtime.report(WS, "s1", "r2", text_message("m3", turn.turn_id, "late"))
     assert replay.outcome == runtime_pb2.REPORT_OUTCOME_ALREADY_APPLIED
@@ -185,7 +181,7 @@ def test_a_conflicting_interaction_commits_nothing_from_the_report(
         WS, "s1", "r1", turn_patch(turn.turn_id, RUNNING), interaction(turn.turn_id, "q1")
     )
     assert first.outcome == APPLIED
-    before = _messages(host).latest_version
+    before = session_messages(host.stub).latest_version
     conflict = runtime.report(
         WS,
         "s1",
@@ -196,8 +192,8 @@ def test_a_conflicting_interaction_commits_nothing_from_the_report(
     assert conflict.outcome == runtime_pb2.REPORT_OUTCOME_CONFLICT
     assert conflict.reason == "INTERACTION_CONFLICT"
     assert conflict.item_results[0].index == 1
-    assert _messages(host).latest_version == before
-    assert "m1" not in [m.message_id for m in _messages(host).messages]
+    assert session_messages(host.stub).latest_version == before
+    assert "m1" not in [m.message_id for m in session_messages(host.stub).messages]
     replay = runtime.report(WS, "s1", "r3", interaction(turn.turn_id, "q1"))
     assert replay.outcome == runtime_pb2.REPORT_OUTCOME_ALREADY_APPLIED
     answered = runtime.report(
@@ -221,17 +217,7 @@ def test_tool_calls_never_touch_interactions_and_an_ack_commits_before_settlemen
     runtime.report(
         WS, "s1", "r1", turn_patch(turn.turn_id, RUNNING), interaction(turn.turn_id, "q1")
     )
-    submitted = host.stub.SubmitInteractionResponse(
-        host_pb2.SubmitInteractionResponseRequest(
-            workspace_id=WS,
-            session_id="s1",
-            turn_id=turn.turn_id,
-            request_id="q1",
-            action="allow",
-            idempotency_key="k1",
-        ),
-        metadata=DEVICE,
-    ).operation
+    submitted = submit_response(host.stub, turn.turn_id, "k1").operation
     deliver = runtime.next_command()
     assert deliver.deliver_interaction_response.operation_id == submitted.operation_id
     tool_call = runtime_pb2.ReportItem(
@@ -251,14 +237,12 @@ def test_tool_calls_never_touch_interactions_and_an_ack_commits_before_settlemen
             ),
         )
     )
-    disposition = runtime_pb2.ReportItem(
-        interaction_disposition=runtime_pb2.InteractionResponseDisposition(
-            operation_id=submitted.operation_id,
-            command_id=deliver.command_id,
-            turn_id=turn.turn_id,
-            request_id="q1",
-            disposition=canonical_pb2.INTERACTION_STATUS_ANSWERED,
-        )
+    disposition = interaction_disposition(
+        turn.turn_id,
+        "q1",
+        canonical_pb2.INTERACTION_STATUS_ANSWERED,
+        operation_id=submitted.operation_id,
+        command_id=deliver.command_id,
     )
     result = runtime.report(
         WS,
@@ -269,12 +253,7 @@ def test_tool_calls_never_touch_interactions_and_an_ack_commits_before_settlemen
         turn_patch(turn.turn_id, SETTLED, outcome=canonical_pb2.TURN_OUTCOME_COMPLETED),
     )
     assert result.outcome == APPLIED
-    operation = host.stub.GetInteractionResponseOperation(
-        host_pb2.GetInteractionResponseOperationRequest(
-            workspace_id=WS, operation_id=submitted.operation_id
-        ),
-        metadata=DEVICE,
-    ).operation
+    operation = response_operation(host.stub, submitted.operation_id)
     assert operation.status == host_pb2.INTERACTION_RESPONSE_OPERATION_STATUS_COMPLETED
     # The acknowledgement committed before the settlement, so the settlement did not
     # supersede the Interaction.
@@ -296,32 +275,20 @@ def test_a_lost_runtime_interrupts_its_turns_after_the_grace(
     )
     runtime.cancel()
     timer = loss_timers.wait()  # the Host saw the link end: the grace runs from here
-    phase = _turn(host, turn.turn_id).phase
+    phase = session_turn(host.stub, turn.turn_id).phase
     if time.monotonic() < timer.scheduled_at + grace:  # this read ended within the grace
         assert phase == RUNNING
     timer.wait_finished()
     assert not timer.task.cancelled()
     assert timer.finished_at is not None
     assert timer.finished_at - timer.scheduled_at >= grace  # never before the grace
-    settled = _turn(host, turn.turn_id)  # the timer committed the loss before it ended
+    settled = session_turn(host.stub, turn.turn_id)  # the timer committed the loss before it ended
     assert settled.phase == SETTLED
     assert settled.outcome == canonical_pb2.TURN_OUTCOME_INTERRUPTED
-    items = host.stub.ListAttentionItems(
-        host_pb2.ListAttentionItemsRequest(workspace_id=WS), metadata=DEVICE
-    ).items
+    items = attention_items(host.stub)
     assert list(items) == []
     with pytest.raises(grpc.RpcError) as caught:
-        host.stub.SubmitInteractionResponse(
-            host_pb2.SubmitInteractionResponseRequest(
-                workspace_id=WS,
-                session_id="s1",
-                turn_id=turn.turn_id,
-                request_id="q1",
-                action="allow",
-                idempotency_key="k1",
-            ),
-            metadata=DEVICE,
-        )
+        submit_response(host.stub, turn.turn_id, "k1")
     assert error_reason(caught.value) == "INTERACTION_NOT_ACTIONABLE"
 
 
@@ -344,7 +311,7 @@ def test_a_runtime_that_returns_within_the_grace_keeps_its_turns(
     # Once the timer ended (cancelled by the reconnect, or run out and found the runtime
     # back), nothing can confirm the loss any more.
     timer.wait_finished(grace + WAIT_SECONDS)
-    assert _turn(host, turn.turn_id).phase != SETTLED
+    assert session_turn(host.stub, turn.turn_id).phase != SETTLED
     again.close()
 
 
@@ -364,8 +331,6 @@ def test_a_settled_turn_cannot_acquire_a_pending_interaction(
     late = runtime.report(WS, "s1", "r2", interaction(turn.turn_id, "q1"))
     assert late.outcome == APPLIED
     assert late.item_results[0].stale
-    items = host.stub.ListAttentionItems(
-        host_pb2.ListAttentionItemsRequest(workspace_id=WS), metadata=DEVICE
-    ).items
+    items = attention_items(host.stub)
     assert list(items) == []
     runtime.close()

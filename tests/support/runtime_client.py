@@ -185,3 +185,27 @@ def interaction(
             summary="The agent wants to run ls",
         )
     )
+
+
+def interaction_disposition(
+    turn_id: str,
+    request_id: str,
+    disposition: int,
+    *,
+    operation_id: str,
+    command_id: str,
+) -> runtime_pb2.ReportItem:
+    """An ``interaction_disposition`` item: what became of a delivered response.
+
+    ``command_id`` is the ``deliver_interaction_response`` command of operation
+    ``operation_id``; ``disposition`` is the Interaction status the runtime reports.
+    """
+    return runtime_pb2.ReportItem(
+        interaction_disposition=runtime_pb2.InteractionResponseDisposition(
+            operation_id=operation_id,
+            command_id=command_id,
+            turn_id=turn_id,
+            request_id=request_id,
+            disposition=disposition,  # type: ignore[arg-type]
+        )
+    )
