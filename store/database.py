@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from store.engine import DEFAULT_SQLITE_WRITE_QUEUE_SECONDS, create_async_engine_for
 from store.migrate import current, head
+from store.transactions import finish_abandoned
 
 
 class SchemaNotReady(RuntimeError):
@@ -54,7 +55,8 @@ class Database:
         )
 
     async def stop(self) -> None:
-        """Dispose of the engine's connections."""
+        """Let commands of cancelled callers end, then dispose of the engine's connections."""
         if self._engine is not None:
+            await finish_abandoned(self._engine)
             await self._engine.dispose()
             self._engine = None

@@ -27,13 +27,17 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
+from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
+from domainerrors import DomainError
 from store.contention import retryable_error
 from store.engine import SQLITE_BEGIN_OPTION, sqlite_write_slot
 
@@ -44,6 +48,7 @@ __all__ = [
     "TransactionRunner",
     "UnitOfWork",
     "UnitOfWorkClosedError",
+    "finish_abandoned",
     "write_session",
 ]
 
@@ -193,12 +198,16 @@ class TransactionRunner(Generic[ScopeT]):
         *,
         participants: Sequence[TransactionParticipant] = (),
         write: bool = True,
+        before_commit: Callable[[ScopeT], Awaitable[CommitHook | None]] | None = None,
     ) -> ResultT:
         """Run ``command`` and every participant in one transaction, then the commit hooks.
 
         Args:
             command: the domain command; receives the scope built for this transaction.
             participants: caller-owned participants for this command only.
+            before_commit: runs last in the transaction, after every participant (so it sees
+                everything the transaction wrote), with the command's scope; the hook it
+                returns runs first after the commit (an outbox's append and publication).
             write: the transaction writes. On SQLite it then waits for this process's write
                 slot (``store.engine.sqlite_write_slot``: writers queue instead of polling
                 SQLite's lock) and begins ``IMMEDIATE`` (takes the write lock up front, so a
@@ -214,16 +223,47 @@ class TransactionRunner(Generic[ScopeT]):
             domainerrors.Aborted: ``STORE_CONFLICT``, the database aborted the transaction
                 (serialization failure, deadlock); nothing was committed.
             Exception: whatever the command or a participant raised; nothing was committed.
+
+        Cancellation: a caller cancelled while it waits for the write slot cancels the
+        command; once it holds the slot (a read: at once), the command, its commit and its
+        post-commit hooks run to the end in their own task (a cancelled client never leaves a
+        rollback half done, a commit without its publication, or a connection the pool must
+        reset from a cancelled task), and the caller still sees the cancellation.
         """
-        unit = UnitOfWork((*self._standing, *participants))
+        begun = asyncio.Event()
+        task = asyncio.ensure_future(
+            self._run_to_end(command, participants, write, before_commit, begun)
+        )
         try:
-            result = await self._run_once(command, unit, write=write)
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if begun.is_set():
+                _abandoned.setdefault(self._engine.sync_engine, set()).add(task)
+                task.add_done_callback(_log_abandoned)
+            else:
+                task.cancel()
+            raise
+
+    async def _run_to_end(
+        self,
+        command: Callable[[ScopeT], Awaitable[ResultT]],
+        participants: Sequence[TransactionParticipant],
+        write: bool,
+        before_commit: Callable[[ScopeT], Awaitable[CommitHook | None]] | None,
+        begun: asyncio.Event,
+    ) -> ResultT:
+        unit = UnitOfWork((*self._standing, *participants))
+        first: list[CommitHook] = []
+        try:
+            result = await self._run_once(
+                command, unit, write=write, finish=before_commit, first=first, begun=begun
+            )
         except Exception as exc:
             mapped = retryable_error(exc)
             if mapped is None:
                 raise
             raise mapped from exc
-        for hook in unit._close():
+        for hook in (*first, *unit._close()):
             try:
                 await hook()
             except Exception:  # noqa: BLE001 - a post-commit hook never undoes a commit
@@ -236,23 +276,72 @@ class TransactionRunner(Generic[ScopeT]):
         unit: UnitOfWork,
         *,
         write: bool,
+        finish: Callable[[ScopeT], Awaitable[CommitHook | None]] | None,
+        first: list[CommitHook],
+        begun: asyncio.Event,
     ) -> ResultT:
         begin = "IMMEDIATE" if write else "DEFERRED"
-        async with (
-            sqlite_write_slot(self._engine) if write else _no_slot(),
-            AsyncSession(self._engine, expire_on_commit=False) as session,
-        ):
+        async with sqlite_write_slot(self._engine) if write else _no_slot():
+            # From here on a caller's cancellation no longer reaches this task (see run).
+            begun.set()
+            return await self._in_session(command, unit, begin, finish, first)
+
+    async def _in_session(
+        self,
+        command: Callable[[ScopeT], Awaitable[ResultT]],
+        unit: UnitOfWork,
+        begin: str,
+        finish: Callable[[ScopeT], Awaitable[CommitHook | None]] | None,
+        first: list[CommitHook],
+    ) -> ResultT:
+        async with AsyncSession(self._engine, expire_on_commit=False) as session:
             try:
                 await session.connection(execution_options={SQLITE_BEGIN_OPTION: begin})
-                result = await command(self._scope(session, unit))
+                scope = self._scope(session, unit)
+                result = await command(scope)
                 await session.flush()
                 await unit._run_participants(session)
+                if finish is not None:
+                    hook = await finish(scope)
+                    if hook is not None:
+                        first.append(hook)
+                    await session.flush()
                 await session.commit()
             except BaseException:
                 unit._close()
                 await session.rollback()
                 raise
         return result
+
+
+_abandoned: weakref.WeakKeyDictionary[Engine, set[asyncio.Future[Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Commands still running for callers that were cancelled, per engine (see ``run``)."""
+
+
+_ABANDONED_WAIT_SECONDS = 10.0
+"""How long a dispose waits for the commands of cancelled callers."""
+
+
+async def finish_abandoned(engine: AsyncEngine) -> None:
+    """Wait (boundedly) for the commands of cancelled callers to end, before a dispose."""
+    tasks = {task for task in _abandoned.pop(engine.sync_engine, set()) if not task.done()}
+    if tasks:
+        await asyncio.wait(tasks, timeout=_ABANDONED_WAIT_SECONDS)
+
+
+def _log_abandoned(task: asyncio.Future[Any]) -> None:
+    """The outcome of a command whose caller was cancelled after its transaction began."""
+    for tasks in _abandoned.values():
+        tasks.discard(task)
+    if task.cancelled():
+        return
+    error = task.exception()
+    if error is None or isinstance(error, DomainError):
+        _log.debug("a cancelled caller's command finished: %r", error)
+    else:
+        _log.warning("a cancelled caller's command failed", exc_info=error)
 
 
 @asynccontextmanager

@@ -17,7 +17,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from store.engine import create_async_engine_for
 from store.models import Message, ResourceCleanupOutbox, RuntimeCommandOutbox, Session, Turn
-from store.transactions import TransactionRunner, UnitOfWork, UnitOfWorkClosedError
+from store.transactions import (
+    TransactionRunner,
+    UnitOfWork,
+    UnitOfWorkClosedError,
+    finish_abandoned,
+)
 from tests.migrations.rows import NOW_MS, WORKSPACE, message_row, session_row, turn_row
 
 T = TypeVar("T")
@@ -352,3 +357,74 @@ def test_a_finished_unit_of_work_refuses_new_participants(migrated_db_url: str) 
         captured[0].enlist(_cleanup_row)
     with pytest.raises(UnitOfWorkClosedError):
         captured[0].after_commit(lambda: asyncio.sleep(0))
+
+
+@pytest.mark.spec("STORE-3")
+def test_a_cancelled_caller_leaves_its_begun_command_to_commit_with_its_hooks(
+    migrated_db_url: str, sync_engine: Engine
+) -> None:
+    """Once its transaction began, a command runs to its commit and post-commit hooks even when
+    its caller is cancelled mid-command (a client cancelling its call); the caller sees the
+    cancellation."""
+    hooks: list[str] = []
+
+    async def scenario(engine: AsyncEngine) -> None:
+        inside = asyncio.Event()
+        release = asyncio.Event()
+
+        async def command(repos: Repositories) -> None:
+            await repos.create_session_with_turn("s-cancelled")
+            inside.set()
+            await release.wait()
+
+            async def hook() -> None:
+                hooks.append("published")
+
+            repos.uow.after_commit(hook)
+
+        caller = asyncio.ensure_future(_runner(engine).run(command))
+        await inside.wait()
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        release.set()
+        await finish_abandoned(engine)
+
+    _run(migrated_db_url, scenario)
+    assert _counts(sync_engine)["sessions"] == 1
+    assert hooks == ["published"]
+
+
+@pytest.mark.spec("STORE-3")
+def test_a_caller_cancelled_while_queued_for_the_write_slot_writes_nothing(
+    migrated_db_url: str, sync_engine: Engine
+) -> None:
+    """A writer still waiting for this process's SQLite write slot is cancelled with its
+    caller and writes nothing (Postgres has no slot: a command begins at once)."""
+    if not migrated_db_url.startswith("sqlite"):
+        pytest.skip("the write slot is SQLite's; on Postgres every command begins at once")
+
+    async def scenario(engine: AsyncEngine) -> None:
+        holding = asyncio.Event()
+        release = asyncio.Event()
+
+        async def first(repos: Repositories) -> None:
+            holding.set()
+            await release.wait()
+
+        async def second(repos: Repositories) -> None:
+            await repos.create_session_with_turn("s-queued")
+
+        holder = asyncio.ensure_future(_runner(engine).run(first))
+        await holding.wait()
+        queued = asyncio.ensure_future(_runner(engine).run(second))
+        await asyncio.sleep(0.05)
+        queued.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+        release.set()
+        await holder
+        await finish_abandoned(engine)
+
+    _run(migrated_db_url, scenario)
+    assert _counts(sync_engine)["sessions"] == 0
