@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import and_, delete, insert, or_, select, text, update
+from sqlalchemy import Select, and_, delete, insert, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from domainerrors import FailedPrecondition, InvalidArgument, NotFound
@@ -167,56 +167,12 @@ class TopicStore:
                 :data:`MAX_QUERY_LENGTH`, negative size, bad or mismatched token.
             NotFound: ``TOPIC_NOT_FOUND``.
         """
-        if not topic_id:
-            raise InvalidArgument.for_field("topic_id", "must not be empty")
-        if query is not None and len(query) > MAX_QUERY_LENGTH:
-            raise InvalidArgument.for_field(
-                "query", f"must be at most {MAX_QUERY_LENGTH} characters"
-            )
-        if page_size < 0:
-            raise InvalidArgument.for_field("page_size", "must not be negative")
-        size = DEFAULT_PAGE_SIZE if page_size == 0 else min(page_size, MAX_PAGE_SIZE)
+        size = _search_page_size(topic_id, query, page_size)
         query = query or None
         binding = {"workspace_id": workspace_id, "topic_id": topic_id, "query": query}
-        after = self._search_position(page_token, binding)
-        statement = (
-            select(*_OUTPUT_COLUMNS)
-            .join(
-                IssueManagerIssue,
-                and_(
-                    IssueManagerIssue.workspace_id == IssueManagerOutput.workspace_id,
-                    IssueManagerIssue.issue_id == IssueManagerOutput.issue_id,
-                ),
-            )
-            .where(
-                IssueManagerOutput.workspace_id == workspace_id,
-                IssueManagerIssue.topic_id == topic_id,
-                IssueManagerOutput.is_latest.is_(True),
-            )
-        )
-        if query is not None:
-            # Case-insensitive substring of the display name (SQLite folds ASCII only).
-            statement = statement.where(
-                IssueManagerOutput.display_name.icontains(query, autoescape=True)
-            )
-        if after is not None:
-            created, issue_id, key = after
-            statement = statement.where(
-                or_(
-                    IssueManagerOutput.created_at_unix_ms < created,
-                    and_(
-                        IssueManagerOutput.created_at_unix_ms == created,
-                        or_(
-                            codepoint(IssueManagerOutput.issue_id) > issue_id,
-                            and_(
-                                IssueManagerOutput.issue_id == issue_id,
-                                codepoint(IssueManagerOutput.output_id) > key,
-                            ),
-                        ),
-                    ),
-                )
-            )
-        statement = statement.order_by(*_NEWEST_FIRST).limit(size + 1)
+        statement = _outputs_statement(
+            workspace_id, topic_id, query, self._search_position(page_token, binding)
+        ).limit(size + 1)
         async with self._database.engine.connect() as connection:
             exists = await connection.scalar(
                 select(IssueManagerTopic.topic_id).where(
@@ -399,3 +355,58 @@ class TopicStore:
         if result.rowcount == 0 and not allow_missing:
             raise _topic_not_found(topic_id)
         return result.rowcount > 0
+
+
+def _search_page_size(topic_id: str, query: str | None, page_size: int) -> int:
+    """The page size of a ``SearchTopicOutputs`` call, after its field checks."""
+    if not topic_id:
+        raise InvalidArgument.for_field("topic_id", "must not be empty")
+    if query is not None and len(query) > MAX_QUERY_LENGTH:
+        raise InvalidArgument.for_field("query", f"must be at most {MAX_QUERY_LENGTH} characters")
+    if page_size < 0:
+        raise InvalidArgument.for_field("page_size", "must not be negative")
+    return DEFAULT_PAGE_SIZE if page_size == 0 else min(page_size, MAX_PAGE_SIZE)
+
+
+def _outputs_statement(
+    workspace_id: str, topic_id: str, query: str | None, after: tuple[int, str, str] | None
+) -> Select[str, str, str, str, int, str, int]:
+    """The latest outputs of the topic's issues, newest first, after a page position."""
+    statement = (
+        select(*_OUTPUT_COLUMNS)
+        .join(
+            IssueManagerIssue,
+            and_(
+                IssueManagerIssue.workspace_id == IssueManagerOutput.workspace_id,
+                IssueManagerIssue.issue_id == IssueManagerOutput.issue_id,
+            ),
+        )
+        .where(
+            IssueManagerOutput.workspace_id == workspace_id,
+            IssueManagerIssue.topic_id == topic_id,
+            IssueManagerOutput.is_latest.is_(True),
+        )
+    )
+    if query is not None:
+        # Case-insensitive substring of the display name (SQLite folds ASCII only).
+        statement = statement.where(
+            IssueManagerOutput.display_name.icontains(query, autoescape=True)
+        )
+    if after is not None:
+        created, issue_id, key = after
+        statement = statement.where(
+            or_(
+                IssueManagerOutput.created_at_unix_ms < created,
+                and_(
+                    IssueManagerOutput.created_at_unix_ms == created,
+                    or_(
+                        codepoint(IssueManagerOutput.issue_id) > issue_id,
+                        and_(
+                            IssueManagerOutput.issue_id == issue_id,
+                            codepoint(IssueManagerOutput.output_id) > key,
+                        ),
+                    ),
+                ),
+            )
+        )
+    return statement.order_by(*_NEWEST_FIRST)
