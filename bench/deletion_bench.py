@@ -43,6 +43,7 @@ from bench.stats import Summary, summarize, write_results
 from services.host.context import HostContext
 from services.host.deletion import delete, purge, restore
 from services.host.repository.deletion import DeletedListingQuery, DeletionRepository
+from services.host.wire.command_codec import ProtoCommandCodec
 from store import migrate
 from store.database import Database
 from store.engine import create_sync_engine_for
@@ -172,7 +173,7 @@ async def purge_seconds(url: str, rows: int) -> float:
     database = Database(url)
     await database.start()
     try:
-        ctx = HostContext(database=database)
+        ctx = HostContext(database=database, command_codec=ProtoCommandCodec())
         started = time.perf_counter()
         report = await purge.purge_deleted_sessions(
             ctx,
@@ -261,7 +262,7 @@ async def bench_delete_restore(url: str, rounds: int) -> dict[str, Any]:
     deletes: list[float] = []
     restores: list[float] = []
     try:
-        ctx = HostContext(database=database)
+        ctx = HostContext(database=database, command_codec=ProtoCommandCodec())
         for _ in range(rounds):
             started = time.perf_counter()
             result = await delete.delete_sessions(ctx, WS, [root])
@@ -339,7 +340,7 @@ async def bench_listing(url: str, rounds: int) -> dict[str, Any]:
     await database.start()
     latencies: list[float] = []
     try:
-        ctx = HostContext(database=database)
+        ctx = HostContext(database=database, command_codec=ProtoCommandCodec())
         for _ in range(rounds):
             started = time.perf_counter()
             page = await restore.list_deleted_sessions(

@@ -12,6 +12,7 @@ from services.host.runtime.live_settings import LinkedRuntimeSettings
 from services.host.servicer import HostServicer, RuntimeLinkServicer
 from services.host.settings import Settings
 from services.host.wire.activity_codec import ProtoEventCodec
+from services.host.wire.command_codec import ProtoCommandCodec
 from store.database import Database
 
 __all__ = ["RECEIVE_LIMIT_BYTES", "Settings", "build"]
@@ -32,6 +33,7 @@ def build(settings: Settings) -> ServiceDefinition:
     )
     ctx = HostContext(
         database=database,
+        command_codec=ProtoCommandCodec(),
         runtime_loss_grace_seconds=settings.runtime_loss_grace_seconds,
         runtime_command_timeout_seconds=settings.runtime_command_timeout_seconds,
     )

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from services.host.activity.feed import ActivityFeed
 from services.host.model.mutation_lanes import MutationLanes
+from services.host.repository import unit_of_work
+from services.host.repository.unit_of_work import HostTransaction
+from services.host.runtime.commands import CommandCodec
 from services.host.runtime.registry import RuntimeRegistry
 from services.host.runtime.settings_port import DetachedRuntimeSettings, RuntimeSettingsPort
 from store.database import Database
+
+ResultT = TypeVar("ResultT")
 
 
 def wall_clock_ms() -> int:
@@ -24,6 +30,8 @@ class HostContext:
 
     Attributes:
         database: The canonical store (started by the server's start hook).
+        command_codec: Encodes runtime commands for the outbox (the wire's
+            ``ProtoCommandCodec``).
         clock: Unix-millisecond clock; tests inject a fake.
         lanes: Per-Session mutation lanes (HOST-LANE-1).
         runtimes: Connected runtimes and their links (HOST-RT-1).
@@ -39,6 +47,7 @@ class HostContext:
     """
 
     database: Database
+    command_codec: CommandCodec
     clock: Callable[[], int] = wall_clock_ms
     lanes: MutationLanes = field(default_factory=MutationLanes)
     runtimes: RuntimeRegistry = field(default_factory=RuntimeRegistry)
@@ -46,3 +55,14 @@ class HostContext:
     runtime_command_timeout_seconds: float = 10.0
     runtime_settings: RuntimeSettingsPort = field(default_factory=DetachedRuntimeSettings)
     activity: ActivityFeed = field(default_factory=lambda: ActivityFeed(wall_clock_ms))
+
+    async def transact(
+        self, command: Callable[[HostTransaction], Awaitable[ResultT]], *, write: bool = True
+    ) -> ResultT:
+        """Run a Host command in one transaction with the activity outbox (HOST-OBS-1).
+
+        The events describing what ``command`` changed are appended in its transaction,
+        after it and its participants ran, and published after the commit
+        (``services.host.repository.unit_of_work.run``).
+        """
+        return await unit_of_work.run(self.database, command, write=write, outbox=self.activity.log)

@@ -10,17 +10,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from domainerrors import ResourceExhausted
 from services.host.activity.broker import CommittedBatch, LiveDelta
-from services.host.activity.event_log import note_session_changed
 from services.host.activity.events import MessageDelta
 from services.host.activity.feed import ActivityFeed, FeedSettings, WatchReady, watch_activity
+from services.host.repository import unit_of_work
+from services.host.repository.unit_of_work import HostTransaction
 from services.host.wire.activity_codec import ProtoEventCodec
 from store.database import Database
 from store.models import ActivityEvent
-from store.transactions import TransactionRunner, UnitOfWork
-
-
-def _scope(session: AsyncSession, uow: UnitOfWork) -> AsyncSession:
-    return session
 
 
 async def _count(database: Database) -> int:
@@ -44,23 +40,22 @@ def test_observer_failure_never_undoes_the_commit_and_rollback_writes_nothing(
             raise RuntimeError("observer down")
 
         feed.broker.add_observer(broken)
-        runner = TransactionRunner(database.engine, scope=_scope)
 
-        async def change(session: AsyncSession) -> str:
-            note_session_changed(session, "ws-1", "s1")
+        async def change(tx: HostTransaction) -> str:
+            tx.session_rows.request_reconcile("ws-1", "s1")
             return "committed"
 
-        assert await runner.run(change) == "committed"
+        assert await unit_of_work.run(database, change, outbox=feed.log) == "committed"
         assert await _count(database) == 1
         assert seen
         assert seen[0].events[0].event_type == "session_reconcile_required"
 
-        async def failing(session: AsyncSession) -> None:
-            note_session_changed(session, "ws-1", "s2")
+        async def failing(tx: HostTransaction) -> None:
+            tx.session_rows.request_reconcile("ws-1", "s2")
             raise ValueError("the command fails")
 
         with pytest.raises(ValueError, match="command fails"):
-            await runner.run(failing)
+            await unit_of_work.run(database, failing, outbox=feed.log)
         assert await _count(database) == 1  # no event without its change
         await feed.stop(database)
         await database.stop()

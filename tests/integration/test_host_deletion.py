@@ -18,6 +18,7 @@ from domainerrors import Aborted
 from services.host.context import HostContext
 from services.host.deletion import delete as deletion
 from services.host.deletion import purge, restore
+from services.host.wire.command_codec import ProtoCommandCodec
 from store.database import Database
 from store.legacy_tombstones import mark_legacy_tombstones
 from store.models import Interaction, Message, Session, Turn
@@ -249,7 +250,7 @@ def _async_ctx(url: str) -> tuple[asyncio.AbstractEventLoop, HostContext, Databa
     loop = asyncio.new_event_loop()
     database = Database(url)
     loop.run_until_complete(database.start())
-    return loop, HostContext(database=database), database
+    return loop, HostContext(database=database, command_codec=ProtoCommandCodec()), database
 
 
 @pytest.mark.spec("HOST-DEL-1")

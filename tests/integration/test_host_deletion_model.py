@@ -25,6 +25,7 @@ from domainerrors import FailedPrecondition
 from services.host.context import HostContext
 from services.host.deletion import delete as deletion
 from services.host.deletion import purge, restore
+from services.host.wire.command_codec import ProtoCommandCodec
 from store.database import Database
 from store.engine import create_sync_engine_for
 from store.legacy_tombstones import mark_legacy_tombstones
@@ -114,7 +115,7 @@ def _machine(url: str) -> type[RuleBasedStateMachine]:
             self.loop = asyncio.new_event_loop()
             self.database = Database(url)
             self.loop.run_until_complete(self.database.start())
-            self.ctx = HostContext(database=self.database)
+            self.ctx = HostContext(database=self.database, command_codec=ProtoCommandCodec())
             self.ticks = itertools.count(1_000, 1_000)
             self.last = 0
             self.ctx.clock = self.tick

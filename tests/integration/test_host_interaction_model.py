@@ -32,6 +32,7 @@ from services.host.runtime.reports import (
 )
 from services.host.turns import interactions
 from services.host.turns.interactions import DispositionInput, ResponseRequest, TransitionInput
+from services.host.wire.command_codec import ProtoCommandCodec
 from store.database import Database
 from store.models import Interaction, InteractionResponseOperation, Session, Turn
 
@@ -49,7 +50,7 @@ def _machine(url: str) -> type[RuleBasedStateMachine]:
             self.loop = asyncio.new_event_loop()
             self.database = Database(url)
             self.loop.run_until_complete(self.database.start())
-            self.ctx = HostContext(database=self.database)
+            self.ctx = HostContext(database=self.database, command_codec=ProtoCommandCodec())
             self.session_id = f"s-{uuid.uuid4().hex[:8]}"
             self.history: dict[tuple[str, str], list[str]] = {}
             self.reports = 0

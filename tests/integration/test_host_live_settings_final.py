@@ -27,6 +27,7 @@ from services.host.runtime import link as runtime_link
 from services.host.runtime.live_settings import LinkedRuntimeSettings
 from services.host.runtime.registry import CommandAck, RuntimeIdentity, RuntimeLinkHandle
 from services.host.runtime.settings_port import RuntimeSettingsOutcome
+from services.host.wire.command_codec import ProtoCommandCodec
 from store.database import Database
 from store.engine import _WRITE_GATES
 from store.models import RuntimeCommandOutbox
@@ -250,7 +251,11 @@ async def _race(
     database = Database(url)
     await database.start()
     try:
-        ctx = HostContext(database=database, runtime_command_timeout_seconds=0.3)
+        ctx = HostContext(
+            database=database,
+            command_codec=ProtoCommandCodec(),
+            runtime_command_timeout_seconds=0.3,
+        )
         link = RuntimeLinkHandle(
             RuntimeIdentity(
                 runtime_id="rt",

@@ -29,11 +29,12 @@ from services.host.model.records import (
     SessionSettingsValue,
     SettingsCatalog,
 )
-from services.host.repository.activity_scope import ActivityRepositories, activity_runner
+from services.host.repository.unit_of_work import HostTransaction
 from services.host.runtime.registry import RuntimeIdentity, RuntimeLinkHandle
 from services.host.runtime.settings_port import RuntimeSettingsOutcome
 from services.host.sessions import commands, targets
 from services.host.turns import stop_and_list
+from services.host.wire.command_codec import ProtoCommandCodec
 from store.database import Database
 
 T = TypeVar("T")
@@ -156,7 +157,9 @@ async def _scenario(url: str) -> RecordingRuntime:
     await database.start()
     runtime = RecordingRuntime()
     lanes = WatchedLanes()
-    ctx = HostContext(database=database, runtime_settings=runtime, lanes=lanes)
+    ctx = HostContext(
+        database=database, command_codec=ProtoCommandCodec(), runtime_settings=runtime, lanes=lanes
+    )
     runtime.ctx = ctx
     try:
         await targets.register_target(
@@ -262,12 +265,12 @@ class TurnWatchingRuntime:
     async def _phase(self) -> str:
         assert self.ctx is not None
 
-        async def read(repos: ActivityRepositories) -> str:
+        async def read(repos: HostTransaction) -> str:
             turn = await repos.turns.get("ws-1", "s-1", self.turn_id)
             assert turn is not None
             return turn.phase
 
-        return await activity_runner(self.ctx.database.engine).run(read, write=False)
+        return await self.ctx.transact(read, write=False)
 
     async def apply_settings(
         self,
@@ -290,7 +293,9 @@ async def _settings_vs_stop(url: str, *, stop_first: bool) -> TurnWatchingRuntim
     await database.start()
     runtime = TurnWatchingRuntime()
     lanes = WatchedLanes()
-    ctx = HostContext(database=database, runtime_settings=runtime, lanes=lanes)
+    ctx = HostContext(
+        database=database, command_codec=ProtoCommandCodec(), runtime_settings=runtime, lanes=lanes
+    )
     runtime.ctx = ctx
     # A connected runtime (its commands are only queued) so the Session can have a Turn.
     ctx.runtimes.attach(

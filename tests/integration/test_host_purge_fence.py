@@ -19,7 +19,8 @@ from services.host.context import HostContext
 from services.host.deletion import delete as deletion
 from services.host.deletion import purge, restore
 from services.host.deletion.delete import Forest
-from services.host.repository.deletion_scope import DeletionScope, deletion_runner
+from services.host.repository.unit_of_work import HostTransaction
+from services.host.wire.command_codec import ProtoCommandCodec
 from store.database import Database
 from store.legacy_tombstones import mark_legacy_tombstones
 from store.models import Message, Session
@@ -43,7 +44,7 @@ class Purger:
         self.loop = asyncio.new_event_loop()
         self.database = Database(url)
         self.loop.run_until_complete(self.database.start())
-        self.ctx = HostContext(database=self.database)
+        self.ctx = HostContext(database=self.database, command_codec=ProtoCommandCodec())
         clock = iter(range(1_000, 10**6, 1_000))
         self.ctx.clock = lambda: next(clock)
 
@@ -197,11 +198,11 @@ def test_the_scan_classifies_every_shape_of_tree_like_its_rows_do(
         "odd": "skipped",
     }
 
-    async def rows(scope: DeletionScope) -> Forest:
+    async def rows(scope: HostTransaction) -> Forest:
         roots = {item.candidate.root_session_id for item in scanned.values()}
         return Forest(await scope.deletion.tree_rows(WS, roots))
 
-    forest = purger.run(deletion_runner(purger.ctx.database.engine).run(rows, write=False))
+    forest = purger.run(purger.ctx.transact(rows, write=False))
     for sid, verdict in verdicts.items():
         assert (verdict != "skipped" and verdict != "blocked") == (
             forest.verdict(sid).restorable

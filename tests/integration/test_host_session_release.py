@@ -21,6 +21,7 @@ from agentactivity.host.v1 import host_pb2, runtime_pb2
 from domainerrors import Aborted
 from services.host.context import HostContext
 from services.host.deletion import delete
+from services.host.wire.command_codec import ProtoCommandCodec
 from store.database import Database
 from store.models import Interaction, RuntimeCommandOutbox
 from tests.integration.host_activity import DEVICE, TARGET_ID, WS, HostUnderTest, start_host
@@ -225,7 +226,7 @@ def test_a_delete_that_does_not_commit_releases_nothing(
         database = Database(migrated_db_url)
         await database.start()
         try:
-            ctx = HostContext(database=database)
+            ctx = HostContext(database=database, command_codec=ProtoCommandCodec())
             plan = await delete.make_plan(ctx, WS, ["r"])
             add_tree(sync_engine, {"late": "a"})
             with pytest.raises(Aborted):

@@ -31,11 +31,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from domainerrors import PermissionDenied
 from services.host.activity.broker import ActivityBroker, CommittedBatch, LiveDelta
-from services.host.activity.event_log import note_session_changed
 from services.host.activity.events import DELTA_OPERATIONS, DELTA_TARGETS, MessageDelta
+from services.host.repository import unit_of_work
+from services.host.repository.unit_of_work import ActivityOutbox, HostTransaction
 from store.database import Database
-from store.models import Message, Turn
-from store.transactions import TransactionRunner, UnitOfWork
+from store.transactions import UnitOfWork
 
 __all__ = ["DeltaLane", "DeltaOutcome"]
 
@@ -79,12 +79,20 @@ class DeltaLane:
     Args:
         broker: The live lane.
         clock: Unix-millisecond clock (the delta's receive time).
+        outbox: The activity outbox a dropped delta's ``session_reconcile_required`` goes
+            through (``None``: no events are recorded).
         cache_size: Bound of each cache (validated Turns, anchors, settled Turns).
     """
 
     def __init__(
-        self, broker: ActivityBroker, clock: Callable[[], int], *, cache_size: int = 8192
+        self,
+        broker: ActivityBroker,
+        clock: Callable[[], int],
+        *,
+        outbox: ActivityOutbox | None = None,
+        cache_size: int = 8192,
     ) -> None:
+        self.outbox = outbox
         self._broker = broker
         self._clock = clock
         self._live_turns = _Bounded(cache_size)
@@ -145,7 +153,7 @@ class DeltaLane:
             if reader is not None:
                 await reader.close()
         for workspace_id, session_id in reconcile:
-            await _write_reconcile(database, workspace_id, session_id)
+            await _write_reconcile(database, self.outbox, workspace_id, session_id)
         return DeltaOutcome(published, dropped, tuple(reconcile))
 
     def _check_cached(self, delta: MessageDelta) -> str | None:
@@ -174,10 +182,10 @@ class DeltaLane:
         """The full check, reading the Turn and the tool-call anchor on a cache miss."""
         turn_key = (delta.workspace_id, delta.session_id, delta.turn_id)
         if turn_key not in self._live_turns:
-            turn = await (await reader.session()).get(Turn, turn_key)
-            if turn is None:
+            phase = await reader.tx().turns.phase_of(*turn_key)
+            if phase is None:
                 return "unknown_turn"
-            if turn.phase == "settled":
+            if phase == "settled":
                 self._settled.remember(turn_key, True)
                 return "late"
             self._live_turns.remember(turn_key, True)
@@ -189,7 +197,7 @@ class DeltaLane:
         key = (delta.workspace_id, delta.session_id, delta.message_id)
         anchor = self._anchors.get(key)
         if not isinstance(anchor, _Anchor):
-            row = await (await reader.session()).get(Message, key)
+            row = await reader.tx().messages.get(*key)
             if row is None or row.kind != "tool_call" or row.turn_id != delta.turn_id:
                 return "reconcile"  # missing anchor
             phase = str(_payload(row.payload_json).get("phase") or "")
@@ -219,18 +227,22 @@ def _check_offset(anchor: _Anchor, delta: MessageDelta) -> str:
 
 
 class _LazyReader:
-    """Opens a read session only on a cache miss (most deltas need none)."""
+    """Opens a read transaction only on a cache miss (most deltas need none)."""
 
     def __init__(self, database: Database) -> None:
         self._database = database
         self._session: AsyncSession | None = None
+        self._tx: HostTransaction | None = None
 
-    async def session(self) -> AsyncSession:
-        if self._session is None:
+    def tx(self) -> HostTransaction:
+        """The read transaction's repositories, opened on first use."""
+        if self._tx is None:
             self._session = AsyncSession(self._database.engine, expire_on_commit=False)
-        return self._session
+            self._tx = HostTransaction(self._session, UnitOfWork())
+        return self._tx
 
     async def close(self) -> None:
+        """End the read transaction, if one was opened."""
         if self._session is not None:
             await self._session.close()
 
@@ -243,16 +255,15 @@ def _payload(text: str | None) -> dict[str, object]:
     return value if isinstance(value, dict) else {}
 
 
-async def _write_reconcile(database: Database, workspace_id: str, session_id: str) -> None:
+async def _write_reconcile(
+    database: Database, outbox: ActivityOutbox | None, workspace_id: str, session_id: str
+) -> None:
     """A durable ``session_reconcile_required`` in its own small transaction."""
 
-    def scope(session: AsyncSession, uow: UnitOfWork) -> AsyncSession:
-        return session
-
-    async def command(session: AsyncSession) -> None:
-        note_session_changed(session, workspace_id, session_id)
+    async def command(tx: HostTransaction) -> None:
+        tx.session_rows.request_reconcile(workspace_id, session_id)
 
     try:
-        await TransactionRunner(database.engine, scope=scope).run(command)
+        await unit_of_work.run(database, command, outbox=outbox)
     except Exception:  # noqa: BLE001 - the delta is already dropped; log and go on
         _log.exception("cannot write session_reconcile_required for %s", session_id)

@@ -1,24 +1,19 @@
-"""The durable activity event log and its one commit observer (HOST-OBS-1, HOST-OBS-2).
+"""The activity outbox: the durable event log's writer and its one commit observer (HOST-OBS-1/2).
 
 Every committed change of canonical activity is described by ``activity_events`` rows written
 **in the same transaction** as the change, and announced after the commit by one observer that
 publishes a wake hint to the in-process :class:`~services.host.activity.broker.ActivityBroker`.
 
-How changes are found: the log is attached to the store's engine (:meth:`ActivityLog.attach`)
-and listens to the ORM unit of work of every transaction on it, whichever repository scope the
-transaction uses:
-
-* ``before_flush`` records which Message, Turn, Interaction and Session rows the transaction
-  creates or changes (ORM writes, which is how the activity lifecycle writes);
-* writers that use Core statements say what they changed with :func:`note_session_changed`,
-  :func:`note_session_deleted` and :func:`note_session_restored`;
-* ``before_commit`` (after every participant ran, so nothing is missed) flushes, reads the
-  final state of those rows, builds the exact event set, and appends the rows under the append
-  lock (``services.host.repository.activity_events``); a failure here rolls the command back, as a
-  change without its event row must not commit;
-* ``after_commit`` — the commit observer — publishes one :class:`CommittedBatch` per workspace.
-  Its failure is logged and never undoes the commit: the rows are the truth, publication is a
-  hint (a subscriber that misses one reads the log).
+How changes are found: every Host command runs through
+``services.host.repository.unit_of_work.run`` (``HostContext.transact``), whose repositories
+record, explicitly, each Session, Turn, Message and Interaction they create or change
+(``HostTransaction.changes``). Last in the transaction — after the command and its
+participants — :meth:`ActivityLog.append` reads those changes, builds the exact event set and
+appends the rows under the append lock (``services.host.repository.activity_events``); a failure
+here rolls the command back, as a change without its event row must not commit. The hook it
+returns — the commit observer — publishes one :class:`CommittedBatch` per workspace after the
+commit. Its failure is logged and never undoes the commit: the rows are the truth, publication
+is a hint (a subscriber that misses one reads the log).
 
 Event set per commit, in this order (so a consumer sees rows before the terminal state that
 references them, mirroring the causal write barrier of HOST-RT-3):
@@ -31,15 +26,9 @@ from __future__ import annotations
 
 import json
 import logging
-import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-from sqlalchemy import Engine, event, inspect, select
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
-from sqlalchemy.orm import Session as OrmSession
-from sqlalchemy.orm import UOWTransaction
 
 from services.host.activity.broker import ActivityBroker, CommittedBatch
 from services.host.activity.events import (
@@ -54,22 +43,15 @@ from services.host.activity.events import (
     event_type,
     session_of,
 )
-from services.host.repository.activity_events import NewEventRow, StoredEvent, append_rows
-from services.host.repository.row_records import interaction_record, message_record, turn_record
-from store.models import Interaction, Message, Session, Turn
+from services.host.model.records import TurnRecord
+from services.host.repository.activity_events import NewEventRow, StoredEvent
+from services.host.repository.changes import ChangeSet
+from services.host.repository.row_records import MessageRecord
+from services.host.repository.unit_of_work import HostTransaction
 
-__all__ = [
-    "ActivityLog",
-    "note_session_changed",
-    "note_session_deleted",
-    "note_session_restored",
-]
+__all__ = ["ActivityLog"]
 
 _log = logging.getLogger(__name__)
-
-_INFO_KEY = "services.host.activity.event_log.recorder"
-_LOGS: weakref.WeakKeyDictionary[Engine, ActivityLog] = weakref.WeakKeyDictionary()
-_installed = False
 
 _NOT_RECONCILED = frozenset(
     {
@@ -90,9 +72,12 @@ _NOT_RECONCILED = frozenset(
 _LIVE_TEXT_KINDS = frozenset({"text", "reasoning"})
 _RUNNING_TOOL_PHASES = frozenset({"running", ""})
 
+SessionKey = tuple[str, str]
+_ToolCallAnchor = tuple[str, str, str, str, bool]
+
 
 class ActivityLog:
-    """Writes event rows in the transactions of one engine and publishes them after commit.
+    """Appends a transaction's event rows before its commit and publishes them after it.
 
     Args:
         codec: Serializes events as the contract's ``ActivityEvent`` (wire layer).
@@ -105,15 +90,28 @@ class ActivityLog:
         self.broker = broker
         self.clock = clock
 
-    def attach(self, engine: AsyncEngine) -> None:
-        """Record events for every transaction on ``engine`` from now on."""
-        _install()
-        _LOGS[engine.sync_engine] = self
+    async def append(self, tx: HostTransaction) -> Callable[[], Awaitable[None]] | None:
+        """Append the events of ``tx.changes`` in ``tx``; return the commit observer.
 
-    @staticmethod
-    def detach(engine: AsyncEngine) -> None:
-        """Stop recording for ``engine``."""
-        _LOGS.pop(engine.sync_engine, None)
+        Raises:
+            Exception: the append failed; the transaction rolls back with it.
+        """
+        now = self.clock()
+        changes = tx.changes.snapshot()
+        found = await _event_set(changes, _FinalState(tx))
+        if not found.events:
+            return None
+        settled = tuple(
+            (turn.workspace_id, turn.session_id, turn.turn_id)
+            for turn in changes.turns
+            if turn.phase == "settled"
+        )
+        batches = await self._append(tx, now, found, settled)
+
+        async def publish() -> None:
+            self.publish(batches)
+
+        return publish
 
     def publish(self, batches: list[CommittedBatch]) -> None:
         """The commit observer: hand each batch to the broker; never raises."""
@@ -123,146 +121,32 @@ class ActivityLog:
             except Exception:  # noqa: BLE001 - observer failure never undoes a commit
                 _log.exception("publishing committed activity events failed")
 
-
-SessionKey = tuple[str, str]
-
-
-@dataclass
-class _Recorder:
-    log: ActivityLog
-    messages: dict[tuple[str, str, str], Message] = field(default_factory=dict)
-    turns: dict[tuple[str, str, str], Turn] = field(default_factory=dict)
-    interactions: dict[tuple[str, str, str, str], Interaction] = field(default_factory=dict)
-    reconcile: dict[SessionKey, None] = field(default_factory=dict)
-    deleted: dict[SessionKey, SessionDeleted] = field(default_factory=dict)
-    restored: dict[SessionKey, SessionRestored] = field(default_factory=dict)
-    batches: list[CommittedBatch] = field(default_factory=list)
-
-    def empty(self) -> bool:
-        return not (
-            self.messages
-            or self.turns
-            or self.interactions
-            or self.reconcile
-            or self.deleted
-            or self.restored
-        )
-
-    def capture(self, obj: object, *, new: bool) -> None:
-        if isinstance(obj, Message):
-            self.messages[(obj.workspace_id, obj.session_id, obj.message_id)] = obj
-        elif isinstance(obj, Turn):
-            self.turns[(obj.workspace_id, obj.session_id, obj.turn_id)] = obj
-        elif isinstance(obj, Interaction):
-            key = (obj.workspace_id, obj.session_id, obj.turn_id, obj.request_id)
-            self.interactions[key] = obj
-        elif isinstance(obj, Session):
-            self._capture_session(obj, new=new)
-
-    def _capture_session(self, row: Session, *, new: bool) -> None:
-        key = (row.workspace_id, row.session_id)
-        if new:
-            self.reconcile[key] = None
-            return
-        state = inspect(row)
-        changed = {attr.key for attr in state.attrs if attr.history.has_changes()}
-        if "deleted_at_unix_ms" in changed:
-            before = state.attrs.deleted_at_unix_ms.history.deleted
-            old = before[0] if before else None
-            if old is None and row.deleted_at_unix_ms is not None:
-                self.deleted[key] = SessionDeleted(
-                    row.session_id, row.deletion_generation or "", row.deleted_at_unix_ms
-                )
-            elif old is not None and row.deleted_at_unix_ms is None:
-                generations = state.attrs.deletion_generation.history.deleted
-                generation = generations[0] if generations else row.deletion_generation
-                self.restored[key] = SessionRestored(row.session_id, str(generation or ""))
-        if changed - _NOT_RECONCILED:
-            self.reconcile[key] = None
-
-    # ------------------------------------------------------------------ finalize
-
-    def finalize(self, db: OrmSession) -> None:
-        """Build and append the commit's events (inside the transaction)."""
-        now = self.log.clock()
-        state = _FinalState(db)
-        turns = [row for row in self.turns.values() if _persistent(row)]
-        for row in turns:
-            state.settled[(row.workspace_id, row.session_id, row.turn_id)] = row.phase == "settled"
-        found = _EventSet()
-        for key in self.reconcile:
-            if key not in self.deleted:
-                found.events.append((key[0], SessionReconcileRequired(key[1])))
-        for key, restored in self.restored.items():
-            found.events.append((key[0], restored))
-        _add_turn_updates(found, state, turns, settled=False)
-        for interaction in self.interactions.values():
-            if _persistent(interaction):
-                found.events.append(
-                    (interaction.workspace_id, InteractionUpdate(interaction_record(interaction)))
-                )
-        self._add_message_updates(found, state)
-        _add_turn_updates(found, state, turns, settled=True)
-        for key, deleted in self.deleted.items():
-            found.events.append((key[0], deleted))
-        if not found.events:
-            return
-        settled_keys = tuple(
-            (row.workspace_id, row.session_id, row.turn_id)
-            for row in turns
-            if row.phase == "settled"
-        )
-        self._append(db, now, found, settled_keys)
-
-    def _add_message_updates(self, found: _EventSet, state: _FinalState) -> None:
-        """One ``message_update`` per Session, its Messages in version order."""
-        by_session: dict[SessionKey, list[Message]] = {}
-        for message in self.messages.values():
-            if _persistent(message):
-                by_session.setdefault((message.workspace_id, message.session_id), []).append(
-                    message
-                )
-        for (workspace_id, session_id), rows in by_session.items():
-            rows.sort(key=lambda message: message.version)
-            _, latest = state.session(workspace_id, session_id)
-            payloads = [(row, _payload(row.payload_json)) for row in rows]
-            found.anchors.extend(_tool_call_anchors(workspace_id, session_id, payloads))
-            texts = _live_texts(state, workspace_id, session_id, payloads)
-            if texts:
-                found.redundant_by_position[len(found.events)] = texts
-            found.events.append(
-                (
-                    workspace_id,
-                    MessageUpdate(session_id, tuple(message_record(m) for m in rows), latest),
-                )
-            )
-
-    def _append(
+    async def _append(
         self,
-        db: OrmSession,
+        tx: HostTransaction,
         now: int,
         found: _EventSet,
         settled_keys: tuple[tuple[str, str, str], ...],
-    ) -> None:
-        """Append the event rows and queue one :class:`CommittedBatch` per workspace."""
-        codec = self.log.codec
+    ) -> list[CommittedBatch]:
+        """Append the event rows; one :class:`CommittedBatch` per workspace to publish."""
         rows_to_append = [
             NewEventRow(
                 workspace_id=workspace_id,
                 session_id=session_of(item),
                 event_type=event_type(item),
-                payload=codec.encode(workspace_id, now, item),
+                payload=self.codec.encode(workspace_id, now, item),
                 created_at_unix_ms=now,
             )
             for workspace_id, item in found.events
         ]
-        appended = append_rows(db, rows_to_append)
+        appended = await tx.events.append(rows_to_append)
         stored_by_ws, redundant = _stored_events(
             rows_to_append, appended, found.redundant_by_position
         )
+        batches: list[CommittedBatch] = []
         for workspace_id, stored_events in stored_by_ws.items():
             ids_here = {item.event_id for item in stored_events}
-            self.batches.append(
+            batches.append(
                 CommittedBatch(
                     workspace_id=workspace_id,
                     previous_event_id=appended[workspace_id][0],
@@ -272,37 +156,31 @@ class _Recorder:
                     tool_call_anchors=tuple(a for a in found.anchors if a[0] == workspace_id),
                 )
             )
-
-
-_ToolCallAnchor = tuple[str, str, str, str, bool]
+        return batches
 
 
 @dataclass
 class _FinalState:
     """Memoized reads of the state a transaction leaves, as its events report it."""
 
-    db: OrmSession
+    tx: HostTransaction
     sessions: dict[SessionKey, tuple[str | None, int]] = field(default_factory=dict)
     settled: dict[tuple[str, str, str], bool] = field(default_factory=dict)
 
-    def session(self, workspace_id: str, session_id: str) -> tuple[str | None, int]:
+    async def session(self, workspace_id: str, session_id: str) -> tuple[str | None, int]:
         """The Session's active Turn id and message version (``(None, 0)`` when gone)."""
         key = (workspace_id, session_id)
         if key not in self.sessions:
-            row = self.db.execute(
-                select(Session.active_turn_id, Session.message_version).where(
-                    Session.workspace_id == workspace_id, Session.session_id == session_id
-                )
-            ).one_or_none()
-            self.sessions[key] = (None, 0) if row is None else (row[0], int(row[1]))
+            found = await self.tx.session_rows.cursor_state(workspace_id, session_id)
+            self.sessions[key] = (None, 0) if found is None else found
         return self.sessions[key]
 
-    def turn_settled(self, workspace_id: str, session_id: str, turn_id: str) -> bool:
+    async def turn_settled(self, workspace_id: str, session_id: str, turn_id: str) -> bool:
         """Whether the Turn exists and is settled."""
         key = (workspace_id, session_id, turn_id)
         if key not in self.settled:
-            turn = self.db.get(Turn, key)
-            self.settled[key] = turn is not None and turn.phase == "settled"
+            phase = await self.tx.turns.phase_of(workspace_id, session_id, turn_id)
+            self.settled[key] = phase == "settled"
         return self.settled[key]
 
 
@@ -315,18 +193,57 @@ class _EventSet:
     anchors: list[_ToolCallAnchor] = field(default_factory=list)
 
 
-def _add_turn_updates(
-    found: _EventSet, state: _FinalState, turns: list[Turn], *, settled: bool
+async def _event_set(changes: ChangeSet, state: _FinalState) -> _EventSet:
+    """The events describing ``changes``, in the order of the module docstring."""
+    for turn in changes.turns:
+        state.settled[(turn.workspace_id, turn.session_id, turn.turn_id)] = turn.phase == "settled"
+    found = _EventSet()
+    for key, names in changes.sessions.items():
+        # A created Session (CREATED) or a reconcile request (RECONCILE) is never in the set.
+        if key not in changes.deleted and names - _NOT_RECONCILED:
+            found.events.append((key[0], SessionReconcileRequired(key[1])))
+    for key, generation in changes.restored.items():
+        found.events.append((key[0], SessionRestored(key[1], generation)))
+    await _add_turn_updates(found, state, changes.turns, settled=False)
+    for interaction in changes.interactions:
+        found.events.append((interaction.workspace_id, InteractionUpdate(interaction)))
+    await _add_message_updates(found, state, changes.messages)
+    await _add_turn_updates(found, state, changes.turns, settled=True)
+    for key, (generation, deleted_at) in changes.deleted.items():
+        found.events.append((key[0], SessionDeleted(key[1], generation, deleted_at)))
+    return found
+
+
+async def _add_turn_updates(
+    found: _EventSet, state: _FinalState, turns: tuple[TurnRecord, ...], *, settled: bool
 ) -> None:
     """``turn_update`` for each of ``turns`` that is settled (or, with ``settled=False``, not)."""
-    for row in turns:
-        if (row.phase == "settled") == settled:
-            active, _ = state.session(row.workspace_id, row.session_id)
-            found.events.append((row.workspace_id, TurnUpdate(turn_record(row), active)))
+    for turn in turns:
+        if (turn.phase == "settled") == settled:
+            active, _ = await state.session(turn.workspace_id, turn.session_id)
+            found.events.append((turn.workspace_id, TurnUpdate(turn, active)))
+
+
+async def _add_message_updates(
+    found: _EventSet, state: _FinalState, messages: tuple[MessageRecord, ...]
+) -> None:
+    """One ``message_update`` per Session, its Messages in version order."""
+    by_session: dict[SessionKey, list[MessageRecord]] = {}
+    for message in messages:
+        by_session.setdefault((message.workspace_id, message.session_id), []).append(message)
+    for (workspace_id, session_id), rows in by_session.items():
+        rows.sort(key=lambda message: message.version)
+        _, latest = await state.session(workspace_id, session_id)
+        payloads = [(row, _payload(row.payload_json)) for row in rows]
+        found.anchors.extend(_tool_call_anchors(workspace_id, session_id, payloads))
+        texts = await _live_texts(state, workspace_id, session_id, payloads)
+        if texts:
+            found.redundant_by_position[len(found.events)] = texts
+        found.events.append((workspace_id, MessageUpdate(session_id, tuple(rows), latest)))
 
 
 def _tool_call_anchors(
-    workspace_id: str, session_id: str, payloads: list[tuple[Message, dict[str, Any]]]
+    workspace_id: str, session_id: str, payloads: list[tuple[MessageRecord, dict[str, Any]]]
 ) -> list[_ToolCallAnchor]:
     """``(workspace, session, message, turn, finished)`` of each tool-call Message of a Turn."""
     anchors: list[_ToolCallAnchor] = []
@@ -345,11 +262,11 @@ def _tool_call_anchors(
     return anchors
 
 
-def _live_texts(
+async def _live_texts(
     state: _FinalState,
     workspace_id: str,
     session_id: str,
-    payloads: list[tuple[Message, dict[str, Any]]],
+    payloads: list[tuple[MessageRecord, dict[str, Any]]],
 ) -> dict[str, str] | None:
     """``{message_id: text}`` when every Message is live text of an unsettled Turn, else None."""
     texts: dict[str, str] = {}
@@ -359,7 +276,7 @@ def _live_texts(
             row.kind in _LIVE_TEXT_KINDS
             and row.turn_id is not None
             and isinstance(text, str)
-            and not state.turn_settled(workspace_id, session_id, row.turn_id)
+            and not await state.turn_settled(workspace_id, session_id, row.turn_id)
         ):
             texts[row.message_id] = text
         else:
@@ -394,117 +311,9 @@ def _stored_events(
     return stored_by_ws, redundant
 
 
-def _persistent(row: object) -> bool:
-    return bool(inspect(row).persistent)
-
-
 def _payload(text: str | None) -> dict[str, Any]:
     try:
         value = json.loads(text or "{}")
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
-
-
-# ---------------------------------------------------------------------- plumbing
-
-
-def _sync(db: AsyncSession | OrmSession) -> OrmSession:
-    return db.sync_session if isinstance(db, AsyncSession) else db
-
-
-def _log_for(db: OrmSession) -> ActivityLog | None:
-    bind = db.bind
-    if bind is None:
-        return None
-    engine = bind if isinstance(bind, Engine) else getattr(bind, "engine", None)
-    return None if engine is None else _LOGS.get(engine)
-
-
-def _recorder(db: OrmSession) -> _Recorder | None:
-    recorder = db.info.get(_INFO_KEY)
-    if isinstance(recorder, _Recorder):
-        return recorder
-    log = _log_for(db)
-    if log is None:
-        return None
-    recorder = _Recorder(log)
-    db.info[_INFO_KEY] = recorder
-    return recorder
-
-
-def note_session_changed(db: AsyncSession | OrmSession, workspace_id: str, session_id: str) -> None:
-    """A Core statement changed (or created) a Session: ``session_reconcile_required``."""
-    recorder = _recorder(_sync(db))
-    if recorder is not None:
-        recorder.reconcile[(workspace_id, session_id)] = None
-
-
-def note_session_deleted(
-    db: AsyncSession | OrmSession,
-    workspace_id: str,
-    session_id: str,
-    *,
-    generation: str,
-    deleted_at_unix_ms: int,
-) -> None:
-    """Record a newly tombstoned Session (``session_deleted``, HOST-DEL-6)."""
-    recorder = _recorder(_sync(db))
-    if recorder is not None:
-        recorder.deleted[(workspace_id, session_id)] = SessionDeleted(
-            session_id, generation, deleted_at_unix_ms
-        )
-
-
-def note_session_restored(
-    db: AsyncSession | OrmSession, workspace_id: str, session_id: str, *, generation: str
-) -> None:
-    """Record a restored Session (``session_restored``, HOST-DEL-8)."""
-    recorder = _recorder(_sync(db))
-    if recorder is not None:
-        recorder.restored[(workspace_id, session_id)] = SessionRestored(session_id, generation)
-
-
-def _before_flush(db: OrmSession, flush_context: UOWTransaction, instances: object) -> None:
-    if not (db.new or db.dirty):
-        return
-    recorder = _recorder(db)
-    if recorder is None:
-        return
-    for obj in db.new:
-        recorder.capture(obj, new=True)
-    for obj in db.dirty:
-        if db.is_modified(obj, include_collections=False):
-            recorder.capture(obj, new=False)
-
-
-def _before_commit(db: OrmSession) -> None:
-    if db.in_nested_transaction():
-        return
-    recorder = db.info.get(_INFO_KEY)
-    if not isinstance(recorder, _Recorder):
-        return
-    db.flush()
-    if not recorder.empty():
-        recorder.finalize(db)
-
-
-def _after_commit(db: OrmSession) -> None:
-    recorder = db.info.pop(_INFO_KEY, None)
-    if isinstance(recorder, _Recorder) and recorder.batches:
-        recorder.log.publish(recorder.batches)
-
-
-def _after_rollback(db: OrmSession) -> None:
-    db.info.pop(_INFO_KEY, None)
-
-
-def _install() -> None:
-    global _installed
-    if _installed:
-        return
-    event.listen(OrmSession, "before_flush", _before_flush)
-    event.listen(OrmSession, "before_commit", _before_commit)
-    event.listen(OrmSession, "after_commit", _after_commit)
-    event.listen(OrmSession, "after_rollback", _after_rollback)
-    _installed = True

@@ -40,8 +40,6 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from domainerrors import OutOfRange, ResourceExhausted, Unavailable
 from services.host.activity.broker import (
     ActivityBroker,
@@ -55,9 +53,10 @@ from services.host.activity.broker import (
 from services.host.activity.delta_lane import DeltaLane
 from services.host.activity.event_log import ActivityLog
 from services.host.activity.events import EventCodec, MessageDelta
-from services.host.repository.activity_events import EventReader, LogBounds, StoredEvent
+from services.host.repository import unit_of_work
+from services.host.repository.activity_events import LogBounds, StoredEvent
+from services.host.repository.unit_of_work import HostTransaction
 from store.database import Database
-from store.transactions import write_session
 
 __all__ = [
     "ActivityFeed",
@@ -108,15 +107,14 @@ class ActivityFeed:
         self.clock = clock
         self.settings = settings or FeedSettings()
         self.broker = ActivityBroker()
-        self.deltas = DeltaLane(self.broker, clock)
         self.log = None if codec is None else ActivityLog(codec, self.broker, clock)
+        self.deltas = DeltaLane(self.broker, clock, outbox=self.log)
         self._pruner: asyncio.Task[None] | None = None
 
     async def start(self, database: Database) -> None:
-        """Attach the log to the store and start the pruner (a server start hook)."""
+        """Start the pruner (a server start hook)."""
         if self.log is None:
             return
-        self.log.attach(database.engine)
         self._pruner = asyncio.create_task(self._prune_forever(database))
 
     async def end_watches(self) -> None:
@@ -126,22 +124,23 @@ class ActivityFeed:
             _log.info("ended %d activity watches for the drain", ended)
 
     async def stop(self, database: Database) -> None:
-        """Stop the pruner and detach (a server stop hook)."""
+        """Stop the pruner (a server stop hook)."""
         if self._pruner is not None:
             self._pruner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._pruner
             self._pruner = None
-        with contextlib.suppress(RuntimeError):
-            ActivityLog.detach(database.engine)
 
     async def prune(self, database: Database) -> int:
         """Apply the retention bounds to every workspace once; returns the deleted rows."""
         cutoff = self.clock() - int(self.settings.retention_seconds * 1000)
-        async with write_session(database.engine) as db:
-            return await EventReader(db).prune(
+
+        async def prune(tx: HostTransaction) -> int:
+            return await tx.events.prune(
                 older_than_unix_ms=cutoff, keep_newest=self.settings.max_rows
             )
+
+        return await unit_of_work.run(database, prune)
 
     async def _prune_forever(self, database: Database) -> None:
         while True:
@@ -185,10 +184,12 @@ async def _read(
     seen too and costs only a resubscription). Without it a prune racing the catch-up would
     drop events silently.
     """
-    async with AsyncSession(database.engine) as db:
-        reader = EventReader(db)
-        page = await reader.after(workspace_id, after_id, up_to=up_to, limit=limit)
-        pruned = await reader.pruned_through(workspace_id)
+
+    async def read(tx: HostTransaction) -> tuple[list[StoredEvent], int]:
+        page = await tx.events.after(workspace_id, after_id, up_to=up_to, limit=limit)
+        return page, await tx.events.pruned_through(workspace_id)
+
+    page, pruned = await unit_of_work.run(database, read, write=False)
     if pruned > after_id:
         raise OutOfRange(
             f"events after {after_id} were pruned while this stream read them; "
@@ -203,8 +204,10 @@ async def _read(
 
 
 async def _bounds(database: Database, workspace_id: str) -> LogBounds:
-    async with AsyncSession(database.engine) as db:
-        return await EventReader(db).bounds(workspace_id)
+    async def bounds(tx: HostTransaction) -> LogBounds:
+        return await tx.events.bounds(workspace_id)
+
+    return await unit_of_work.run(database, bounds, write=False)
 
 
 def _check_cursor(after_event_id: int, bounds: LogBounds) -> None:

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
-
-from services.host.repository.turn_rows import ACTIVE_PHASES
+from services.host.repository import unit_of_work
+from services.host.repository.unit_of_work import HostTransaction
 from store.database import Database
-from store.models import Turn
 
 
 @dataclass(frozen=True)
@@ -28,15 +26,9 @@ async def read_activity_state(
     database: Database, workspaces: frozenset[str] | None
 ) -> ActivityState:
     """Count active Turns in ``workspaces``, or in every workspace when ``None``."""
-    query = (
-        select(Turn.workspace_id, func.count())
-        .where(Turn.phase.in_(ACTIVE_PHASES))
-        .group_by(Turn.workspace_id)
-        .order_by(Turn.workspace_id)
-    )
-    if workspaces is not None:
-        query = query.where(Turn.workspace_id.in_(sorted(workspaces)))
-    async with database.engine.connect() as connection:
-        rows = (await connection.execute(query)).all()
-    per_workspace = {row[0]: int(row[1]) for row in rows}
+
+    async def query(tx: HostTransaction) -> dict[str, int]:
+        return await tx.turns.active_counts(workspaces)
+
+    per_workspace = await unit_of_work.run(database, query, write=False)
     return ActivityState(sum(per_workspace.values()), per_workspace)

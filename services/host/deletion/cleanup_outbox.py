@@ -18,7 +18,7 @@ from domainerrors import FieldViolation, InvalidArgument
 from services.host.context import HostContext
 from services.host.model.session_rules import validate_session_id
 from services.host.repository.deletion import CleanupRow, WorkspaceFilter
-from services.host.repository.deletion_scope import DeletionScope, deletion_runner
+from services.host.repository.unit_of_work import HostTransaction
 from store import page_tokens
 
 __all__ = [
@@ -85,7 +85,7 @@ async def list_pending_cleanups(
                 field_violations=[FieldViolation("cursor", "is not a cursor of this listing")],
             ) from None
 
-    async def run(scope: DeletionScope) -> CleanupPage:
+    async def run(scope: HostTransaction) -> CleanupPage:
         rows = await scope.deletion.pending_cleanups(workspaces, after=after, limit=size + 1)
         more = len(rows) > size
         rows = rows[:size]
@@ -98,7 +98,7 @@ async def list_pending_cleanups(
             )
         return CleanupPage(rows, next_cursor)
 
-    return await deletion_runner(ctx.database.engine).run(run, write=False)
+    return await ctx.transact(run, write=False)
 
 
 async def complete_resource_cleanup(
@@ -107,11 +107,11 @@ async def complete_resource_cleanup(
     """Delete one row (idempotent) and report whether the id's creation fence is lifted."""
     validate_session_id(session_id)
 
-    async def run(scope: DeletionScope) -> Completion:
+    async def run(scope: HostTransaction) -> Completion:
         completed, lifted = await scope.deletion.complete_cleanup(workspace_id, session_id)
         return Completion(completed, lifted)
 
-    return await deletion_runner(ctx.database.engine).run(run)
+    return await ctx.transact(run)
 
 
 async def complete_resource_cleanups(
@@ -138,10 +138,10 @@ async def complete_resource_cleanups(
             raise InvalidArgument.for_field(f"cleanups[{index}]", "names a row twice")
         seen.add((workspace_id, session_id))
 
-    async def run(scope: DeletionScope) -> list[Completion]:
+    async def run(scope: HostTransaction) -> list[Completion]:
         existed = await scope.deletion.complete_cleanups(rows)
         # Fences are judged once every row of the call is gone.
         remaining = await scope.deletion.ids_with_pending_cleanup({sid for _, sid in rows})
         return [Completion(key in existed, key[1] not in remaining) for key in rows]
 
-    return await deletion_runner(ctx.database.engine).run(run)
+    return await ctx.transact(run)

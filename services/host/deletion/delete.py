@@ -33,7 +33,8 @@ from domainerrors import Aborted, FieldViolation, InvalidArgument
 from services.host.context import HostContext
 from services.host.model.session_rules import session_not_found, validate_session_id
 from services.host.repository.deletion import TreeRow
-from services.host.repository.deletion_scope import DeletionScope, deletion_runner
+from services.host.repository.unit_of_work import HostTransaction
+from services.host.runtime.commands import InterruptReason, InterruptTurn, ReleaseSession
 from services.host.turns import command_outbox, lifecycle
 
 __all__ = [
@@ -317,7 +318,9 @@ def validate_delete_ids(session_ids: Sequence[str]) -> tuple[str, ...]:
     return unique
 
 
-async def _plan_in(scope: DeletionScope, workspace_id: str, requested: Sequence[str]) -> DeletePlan:
+async def _plan_in(
+    scope: HostTransaction, workspace_id: str, requested: Sequence[str]
+) -> DeletePlan:
     roots = await scope.deletion.roots_of(workspace_id, requested)
     for session_id in requested:
         if session_id not in roots:
@@ -333,10 +336,10 @@ async def make_plan(ctx: HostContext, workspace_id: str, requested: Sequence[str
         NotFound: ``SESSION_NOT_FOUND`` for an id not in the workspace (nothing changes).
     """
 
-    async def run(scope: DeletionScope) -> DeletePlan:
+    async def run(scope: HostTransaction) -> DeletePlan:
         return await _plan_in(scope, workspace_id, requested)
 
-    return await deletion_runner(ctx.database.engine).run(run, write=False)
+    return await ctx.transact(run, write=False)
 
 
 def stale_plan(workspace_id: str) -> Aborted:
@@ -359,7 +362,7 @@ async def commit_plan(ctx: HostContext, plan: DeletePlan) -> DeletionResult:
     """
     workspace_id = plan.workspace_id
 
-    async def run(scope: DeletionScope) -> DeletionResult:
+    async def run(scope: HostTransaction) -> DeletionResult:
         forest = await _verified_forest(scope, plan)
         now = ctx.clock()
         newly = list(plan.newly)
@@ -372,19 +375,18 @@ async def commit_plan(ctx: HostContext, plan: DeletePlan) -> DeletionResult:
         # The runtime drops the provider session of every deleted Session that ran (after
         # its interrupt, which is older in the outbox); restore withdraws an undelivered one.
         await command_outbox.enqueue_many(
-            scope.activity,
+            scope,
             ctx,
             await scope.deletion.runtime_sessions(workspace_id, newly),
-            "release_session",
-            {"reason": RELEASE_REASON_SESSION_DELETED},
+            ReleaseSession(RELEASE_REASON_SESSION_DELETED),
             now=now,
         )
         turns, _ = await scope.deletion.open_interaction_turns(workspace_id, newly)
         for session_id, turn_id in turns:
-            turn = await scope.activity.turns.get(workspace_id, session_id, turn_id)
+            turn = await scope.turns.get(workspace_id, session_id, turn_id)
             if turn is not None:
-                await lifecycle.close_open_interactions(scope.activity, turn, "superseded", now)
-        await scope.activity.sessions.flush()
+                await lifecycle.close_open_interactions(scope, turn, "superseded", now)
+        await scope.session_rows.flush()
         # Settling moves the Sessions' updated_at; delete never rewrites it (HOST-DEL-3).
         await scope.deletion.keep_updated_at(
             workspace_id, {m: forest.rows[m].updated_at_unix_ms for m in newly}
@@ -398,10 +400,10 @@ async def commit_plan(ctx: HostContext, plan: DeletePlan) -> DeletionResult:
             superseded_interaction_count=superseded,
         )
 
-    return await deletion_runner(ctx.database.engine).run(run)
+    return await ctx.transact(run)
 
 
-async def _verified_forest(scope: DeletionScope, plan: DeletePlan) -> Forest:
+async def _verified_forest(scope: HostTransaction, plan: DeletePlan) -> Forest:
     """The plan's trees, locked, once they are shown unchanged since planning.
 
     Raises:
@@ -419,36 +421,35 @@ async def _verified_forest(scope: DeletionScope, plan: DeletePlan) -> Forest:
 
 async def _interrupt_active_turns(
     ctx: HostContext,
-    scope: DeletionScope,
+    scope: HostTransaction,
     workspace_id: str,
     active: Sequence[tuple[str, str]],
     now: int,
 ) -> None:
     """Settle the active Turns ``interrupted`` and queue an ``interrupt_turn`` for each."""
     for session_id, turn_id in active:
-        session = await scope.activity.sessions.get(workspace_id, session_id)
-        turn = await scope.activity.turns.get(workspace_id, session_id, turn_id)
+        session = await scope.session_rows.get(workspace_id, session_id)
+        turn = await scope.turns.get(workspace_id, session_id, turn_id)
         if session is None or turn is None or not lifecycle.is_active(turn):
             continue  # settled already, as a child of an interrupted root Turn
         await lifecycle.settle(
-            scope.activity, session, turn, "interrupted", now,
+            scope, session, turn, "interrupted", now,
             open_interactions_become="superseded",
         )  # fmt: skip
     for session_id, turn_id in active:
         # Tell a connected runtime through the durable command path (HOST-RT-1).
-        session = await scope.activity.sessions.get(workspace_id, session_id)
+        session = await scope.session_rows.get(workspace_id, session_id)
         if session is not None:
             command_outbox.enqueue(
-                scope.activity,
+                scope,
                 ctx,
                 session,
-                "interrupt_turn",
-                {"turnId": turn_id, "reason": "INTERRUPT_REASON_SESSION_DELETED"},
+                InterruptTurn(turn_id, InterruptReason.SESSION_DELETED),
             )
 
 
 async def _tombstone_components(
-    scope: DeletionScope, plan: DeletePlan, now: int
+    scope: HostTransaction, plan: DeletePlan, now: int
 ) -> tuple[tuple[DeletedMember, ...], tuple[DeletedMember, ...]]:
     """Tombstone each component under a new generation; ``(deleted, absorbed)`` members."""
     workspace_id = plan.workspace_id

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from domainerrors import InvalidArgument
 from services.host.context import HostContext
 from services.host.deletion import delete as deletion
-from services.host.repository import transactions
+from services.host.model.session_rules import CONVERSATIONS_SECTION_KEY
+from services.host.repository.unit_of_work import HostTransaction
 from services.host.sessions.projects import project_not_found, validate_section_key
-from store.models import CONVERSATIONS_SECTION_KEY
 
 __all__ = ["ProjectRemoval", "remove_project"]
 
@@ -44,12 +44,12 @@ async def remove_project(ctx: HostContext, workspace_id: str, section_key: str) 
     if (violation := validate_section_key(section_key, "section_key")) is not None:
         raise InvalidArgument(violation.description, field_violations=[violation])
 
-    async def live_roots(repos: transactions.HostRepositories) -> list[str]:
+    async def live_roots(repos: HostTransaction) -> list[str]:
         if await repos.projects.get(workspace_id, section_key) is None:
             raise project_not_found(workspace_id, section_key)
         return await repos.projects.live_unpinned_root_ids(workspace_id, section_key)
 
-    roots = await transactions.run(ctx.database, live_roots, write=False)
+    roots = await ctx.transact(live_roots, write=False)
     result = deletion.DeletionResult()
     for start in range(0, len(roots), deletion.MAX_DELETE_IDS):
         batch = await deletion.delete_sessions(
@@ -65,7 +65,7 @@ async def remove_project(ctx: HostContext, workspace_id: str, section_key: str) 
             + batch.superseded_interaction_count,
         )
 
-    async def finalize(repos: transactions.HostRepositories) -> tuple[str, ...]:
+    async def finalize(repos: HostTransaction) -> tuple[str, ...]:
         if await repos.projects.get(workspace_id, section_key, lock="update") is None:
             raise project_not_found(workspace_id, section_key)
         if await repos.projects.live_unpinned_root_ids(workspace_id, section_key):
@@ -76,5 +76,5 @@ async def remove_project(ctx: HostContext, workspace_id: str, section_key: str) 
         await repos.projects.delete(workspace_id, section_key)
         return tuple(rehomed)
 
-    rehomed = await transactions.run(ctx.database, finalize)
+    rehomed = await ctx.transact(finalize)
     return ProjectRemoval(result, rehomed)

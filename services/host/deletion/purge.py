@@ -38,8 +38,8 @@ from services.host.deletion.delete import Forest
 from services.host.deletion.restore import not_deleted, not_topmost
 from services.host.model.session_rules import session_not_found, validate_session_id
 from services.host.repository.deletion import PurgeCandidate, WorkspaceFilter
-from services.host.repository.deletion_scope import DeletionScope, deletion_runner
 from services.host.repository.purge import ComponentFence, ComponentShape
+from services.host.repository.unit_of_work import HostTransaction
 
 __all__ = [
     "PurgeBounds",
@@ -183,7 +183,7 @@ async def scan_trees(
     eligible tree's Session ids (for a dry run).
     """
 
-    async def run(scope: DeletionScope) -> list[ScanItem]:
+    async def run(scope: HostTransaction) -> list[ScanItem]:
         candidates = await scope.deletion.purge_candidates(
             workspaces, cutoff_unix_ms, after=after, limit=limit
         )
@@ -236,7 +236,7 @@ async def scan_trees(
                 decided[(ws, candidate.session_id)] = ScanItem(candidate, selection, False)
         return [decided[(c.workspace_id, c.session_id)] for c in candidates]
 
-    return await deletion_runner(ctx.database.engine).run(run, write=False)
+    return await ctx.transact(run, write=False)
 
 
 def _classify(
@@ -289,7 +289,7 @@ async def purge_trees(
         return {}
     ws = selections[0].workspace_id
 
-    async def run(scope: DeletionScope) -> dict[str, list[str]]:
+    async def run(scope: HostTransaction) -> dict[str, list[str]]:
         await scope.purge.lock_roots(ws, [s.root for s in selections])
         moved = await scope.purge.under_tombstoned_parent(
             ws, [s.topmost for s in selections if s.topmost != s.root]
@@ -308,7 +308,7 @@ async def purge_trees(
         return {s.topmost: by_generation[s.generation] for s in kept}
 
     try:
-        return await deletion_runner(ctx.database.engine).run(run)
+        return await ctx.transact(run)
     except (_Changed, IntegrityError):
         if len(selections) == 1:
             return {}
@@ -529,7 +529,7 @@ async def _purge_component(
         The removed ids, or ``None`` when a reachable descendant is live (``strict=False``).
     """
 
-    async def run(scope: DeletionScope) -> list[str] | None:
+    async def run(scope: HostTransaction) -> list[str] | None:
         roots = await scope.deletion.roots_of(workspace_id, [session_id])
         if session_id not in roots:
             if strict:
@@ -560,7 +560,7 @@ async def _purge_component(
             )
         return members
 
-    return await deletion_runner(ctx.database.engine).run(run, write=not dry_run)
+    return await ctx.transact(run, write=not dry_run)
 
 
 async def purge_workspace_tombstones(
@@ -595,13 +595,13 @@ async def purge_workspace_tombstones(
     while True:
 
         async def scan(
-            scope: DeletionScope, cursor: tuple[int, str, str] | None = after
+            scope: HostTransaction, cursor: tuple[int, str, str] | None = after
         ) -> list[PurgeCandidate]:
             return await scope.deletion.purge_candidates(
                 workspace_id, None, after=cursor, limit=SCAN_BATCH
             )
 
-        candidates = await deletion_runner(ctx.database.engine).run(scan, write=False)
+        candidates = await ctx.transact(scan, write=False)
         if not candidates:
             return report
         for candidate in candidates:

@@ -23,7 +23,7 @@ from services.host.model.listing_cursors import CursorPosition, decode_cursor, e
 from services.host.model.records import SessionRecord
 from services.host.model.session_rules import session_not_found, validate_session_id
 from services.host.repository.deletion import DeletedListingQuery
-from services.host.repository.deletion_scope import DeletionScope, deletion_runner
+from services.host.repository.unit_of_work import HostTransaction
 from services.host.sessions.listing import MAX_SEARCH_LENGTH
 from services.host.sessions.projects import validate_section_key
 
@@ -89,7 +89,7 @@ async def list_deleted_sessions(
         after = (position.updated_at_unix_ms, position.session_id)
     query = DeletedListingQuery(workspace_id, title_filter or None, section_key)
 
-    async def run(scope: DeletionScope) -> DeletedPage:
+    async def run(scope: HostTransaction) -> DeletedPage:
         rows, total = await scope.deletion.deleted_page(query, after=after, limit=size + 1)
         more = len(rows) > size
         rows = rows[:size]
@@ -121,7 +121,7 @@ async def list_deleted_sessions(
             )
         return DeletedPage(items, next_cursor, total)
 
-    return await deletion_runner(ctx.database.engine).run(run, write=False)
+    return await ctx.transact(run, write=False)
 
 
 def not_topmost(session_id: str) -> FailedPrecondition:
@@ -157,7 +157,7 @@ async def restore_deleted_session(
     """
     validate_session_id(session_id)
 
-    async def run(scope: DeletionScope) -> list[SessionRecord]:
+    async def run(scope: HostTransaction) -> list[SessionRecord]:
         roots = await scope.deletion.roots_of(workspace_id, [session_id])
         if session_id not in roots:
             raise session_not_found(workspace_id, session_id)
@@ -189,4 +189,4 @@ async def restore_deleted_session(
             scope.deletion.note_restored(workspace_id, member, generation)
         return await scope.deletion.records(workspace_id, members)
 
-    return await deletion_runner(ctx.database.engine).run(run)
+    return await ctx.transact(run)

@@ -196,6 +196,7 @@ class TurnRecord:
     result_resolved_empty: bool = False
     root_turn_id: str | None = None
     failure_message: str | None = None
+    retracted_at_unix_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -226,6 +227,7 @@ class InteractionRecord:
     version: int = 1
     created_at_unix_ms: int = 0
     updated_at_unix_ms: int = 0
+    occurred_at_unix_ms: int = 0
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,10 @@ import re
 
 from domainerrors import FieldViolation, InvalidArgument, NotFound
 from services.host.model.records import SessionRecord
+from store.models import CONVERSATIONS_SECTION_KEY
 
 __all__ = [
+    "CONVERSATIONS_SECTION_KEY",
     "MAX_ID_LENGTH",
     "require_live",
     "session_deleted",

@@ -38,7 +38,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import aliased
 
 from store.models import ActivityEvent, ActivityEventRetention
@@ -46,12 +45,10 @@ from store.models import ActivityEvent, ActivityEventRetention
 __all__ = [
     "EVENT_APPEND_LOCK",
     "EVENT_PRUNE_LOCK",
-    "EventReader",
+    "EventLogRepository",
     "LogBounds",
     "NewEventRow",
     "StoredEvent",
-    "append_rows",
-    "is_postgres",
 ]
 
 EVENT_APPEND_LOCK = 0x7475_7474_6965_7631
@@ -93,46 +90,6 @@ class StoredEvent:
     created_at_unix_ms: int
 
 
-def is_postgres(db: OrmSession) -> bool:
-    """Whether the transaction runs on Postgres."""
-    return db.connection().dialect.name == "postgresql"
-
-
-def append_rows(db: OrmSession, rows: Sequence[NewEventRow]) -> dict[str, tuple[int, list[int]]]:
-    """Append rows in order under the append lock; per workspace: previous id and new ids.
-
-    The previous id (the workspace's highest committed event id before this append, 0 when
-    none) is exact because appends are serialized: a live subscriber that already emitted it
-    can emit the new rows directly, without a read (see ``services.host.activity_watch``).
-    """
-    if not rows:
-        return {}
-    if is_postgres(db):
-        db.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": EVENT_APPEND_LOCK})
-    result: dict[str, tuple[int, list[int]]] = {}
-    for row in rows:
-        if row.workspace_id not in result:
-            previous = db.execute(
-                select(func.max(ActivityEvent.id)).where(
-                    ActivityEvent.workspace_id == row.workspace_id
-                )
-            ).scalar_one_or_none()
-            result[row.workspace_id] = (int(previous or 0), [])
-        new_id = db.execute(
-            insert(ActivityEvent)
-            .values(
-                workspace_id=row.workspace_id,
-                session_id=row.session_id,
-                event_type=row.event_type,
-                payload=row.payload,
-                created_at_unix_ms=row.created_at_unix_ms,
-            )
-            .returning(ActivityEvent.id)
-        ).scalar_one()
-        result[row.workspace_id][1].append(int(new_id))
-    return result
-
-
 def _stored(row: ActivityEvent) -> StoredEvent:
     return StoredEvent(
         event_id=row.id,
@@ -163,11 +120,52 @@ class LogBounds:
     oldest_retained: int | None
 
 
-class EventReader:
-    """Reads and prunes the log inside one ``AsyncSession`` transaction."""
+class EventLogRepository:
+    """Appends, reads and prunes the log inside one ``AsyncSession`` transaction."""
 
     def __init__(self, session: AsyncSession) -> None:
         self._db = session
+
+    async def append(self, rows: Sequence[NewEventRow]) -> dict[str, tuple[int, list[int]]]:
+        """Append rows in order under the append lock; per workspace: previous id and new ids.
+
+        The previous id (the workspace's highest committed event id before this append, 0
+        when none) is exact because appends are serialized: a live subscriber that already
+        emitted it can emit the new rows directly, without a read
+        (``services.host.activity.feed``).
+        """
+        if not rows:
+            return {}
+        if self._db.get_bind().dialect.name == "postgresql":
+            await self._db.execute(
+                text("SELECT pg_advisory_xact_lock(:key)"), {"key": EVENT_APPEND_LOCK}
+            )
+        result: dict[str, tuple[int, list[int]]] = {}
+        for row in rows:
+            if row.workspace_id not in result:
+                previous = (
+                    await self._db.execute(
+                        select(func.max(ActivityEvent.id)).where(
+                            ActivityEvent.workspace_id == row.workspace_id
+                        )
+                    )
+                ).scalar_one_or_none()
+                result[row.workspace_id] = (int(previous or 0), [])
+            new_id = (
+                await self._db.execute(
+                    insert(ActivityEvent)
+                    .values(
+                        workspace_id=row.workspace_id,
+                        session_id=row.session_id,
+                        event_type=row.event_type,
+                        payload=row.payload,
+                        created_at_unix_ms=row.created_at_unix_ms,
+                    )
+                    .returning(ActivityEvent.id)
+                )
+            ).scalar_one()
+            result[row.workspace_id][1].append(int(new_id))
+        return result
 
     async def bounds(self, workspace_id: str) -> LogBounds:
         """The workspace head (0 when empty), the log head and the workspace's retention bound."""

@@ -9,6 +9,8 @@ from typing import Final
 from sqlalchemy import and_, delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from services.host.repository.changes import apply_fields
+from services.host.repository.row_views import CommandRow
 from store.models import InteractionResponseOperation, RuntimeCommandOutbox
 
 UNACKNOWLEDGED = ("pending", "dispatched")
@@ -53,27 +55,80 @@ class SessionRoute:
     provider: str
 
 
+def _pending(
+    route: tuple[str, str],
+    command_id: str,
+    encoded: tuple[str, str],
+    operation_id: str | None,
+    now: int,
+) -> dict[str, object]:
+    return {
+        "workspace_id": route[0],
+        "session_id": route[1],
+        "command_id": command_id,
+        "command_kind": encoded[0],
+        "operation_id": operation_id,
+        "payload_json": encoded[1],
+        "state": "pending",
+        "attempts": 0,
+        "next_attempt_at_unix_ms": now,
+        "created_at_unix_ms": now,
+        "updated_at_unix_ms": now,
+    }
+
+
 class RuntimeCommandRepository:
     """Reads and writes outbox rows."""
 
     def __init__(self, session: AsyncSession) -> None:
         self._db = session
 
-    def add(self, row: RuntimeCommandOutbox) -> None:
-        """Stage a new command row."""
-        self._db.add(row)
+    def add_pending(
+        self,
+        route: tuple[str, str],
+        command_id: str,
+        encoded: tuple[str, str],
+        *,
+        operation_id: str | None,
+        now: int,
+    ) -> None:
+        """Stage a pending command of a Session (``route``: workspace and Session id).
 
-    async def insert_many(self, rows: Sequence[dict[str, object]]) -> None:
-        """Insert many command rows at once (an ORM bulk ``INSERT``, no identity-map objects).
-
-        Rows staged with :meth:`add` are flushed first, so they keep their (earlier) ids and
-        the runtime receives the commands in the order they were written.
+        ``encoded`` is the ``RuntimeCommand`` oneof field name and its payload JSON.
         """
-        if rows:
-            await self._db.flush()
-            await self._db.execute(insert(RuntimeCommandOutbox), list(rows))
+        self._db.add(
+            RuntimeCommandOutbox(**_pending(route, command_id, encoded, operation_id, now))
+        )
 
-    async def delete(self, row: RuntimeCommandOutbox) -> None:
+    async def insert_pending(
+        self,
+        routes: Sequence[tuple[str, str]],
+        command_ids: Sequence[str],
+        encoded: tuple[str, str],
+        *,
+        now: int,
+    ) -> None:
+        """Insert one pending command per Session at once (an ORM bulk ``INSERT``).
+
+        Rows staged with :meth:`add_pending` are flushed first, so they keep their (earlier)
+        ids and the runtime receives the commands in the order they were written.
+        """
+        if routes:
+            await self._db.flush()
+            await self._db.execute(
+                insert(RuntimeCommandOutbox),
+                [
+                    _pending(route, command_id, encoded, None, now)
+                    for route, command_id in zip(routes, command_ids, strict=True)
+                ],
+            )
+
+    @staticmethod
+    def update(row: CommandRow, **values: object) -> None:
+        """Change columns of a command row (written at the next flush)."""
+        apply_fields(row, values)
+
+    async def delete(self, row: CommandRow) -> None:
         """Delete an acknowledged row (the outbox keeps open work only)."""
         await self._db.delete(row)
 
@@ -92,7 +147,7 @@ class RuntimeCommandRepository:
             )
         return len(ids)
 
-    async def get(self, workspace_id: str, command_id: str) -> RuntimeCommandOutbox | None:
+    async def get(self, workspace_id: str, command_id: str) -> CommandRow | None:
         """The command by id."""
         query = select(RuntimeCommandOutbox).where(
             RuntimeCommandOutbox.workspace_id == workspace_id,
@@ -100,9 +155,7 @@ class RuntimeCommandRepository:
         )
         return (await self._db.execute(query)).scalar_one_or_none()
 
-    async def by_command_id(
-        self, command_id: str, *, lock: bool = False
-    ) -> RuntimeCommandOutbox | None:
+    async def by_command_id(self, command_id: str, *, lock: bool = False) -> CommandRow | None:
         """The command by id in any workspace (acks carry only the id; ids are unique UUIDs).
 
         Served by ``ix_runtime_command_outbox_command``. ``lock`` takes the row lock on
@@ -117,7 +170,7 @@ class RuntimeCommandRepository:
 
     async def unacknowledged(
         self, workspace_id: str | None = None, session_id: str | None = None
-    ) -> list[RuntimeCommandOutbox]:
+    ) -> list[CommandRow]:
         """Pending or dispatched commands, oldest first (optionally of one Session).
 
         One Session's rows are served by ``ix_runtime_command_outbox_session``; all open rows
@@ -132,13 +185,13 @@ class RuntimeCommandRepository:
         query = query.order_by(RuntimeCommandOutbox.id)
         return list((await self._db.execute(query)).scalars().all())
 
-    async def lock_open(self, ids: Sequence[int]) -> list[RuntimeCommandOutbox]:
+    async def lock_open(self, ids: Sequence[int]) -> list[CommandRow]:
         """These rows, locked, that are still unacknowledged (oldest first).
 
         On Postgres the lock waits for a concurrent acknowledgement or withdrawal and the state
         is re-checked after it, so a row deleted or settled meanwhile is not sent.
         """
-        rows: list[RuntimeCommandOutbox] = []
+        rows: list[CommandRow] = []
         for start in range(0, len(ids), _SESSION_CHUNK):
             query = (
                 select(RuntimeCommandOutbox)
@@ -153,9 +206,7 @@ class RuntimeCommandRepository:
             rows.extend((await self._db.execute(query)).scalars().all())
         return rows
 
-    async def pending_of(
-        self, workspace_id: str, session_ids: Sequence[str]
-    ) -> list[RuntimeCommandOutbox]:
+    async def pending_of(self, workspace_id: str, session_ids: Sequence[str]) -> list[CommandRow]:
         """The ``pending`` commands of Sessions of one workspace, locked, oldest first.
 
         Served by ``ix_runtime_command_outbox_session``, one ``IN`` list per 500 Sessions. The

@@ -31,8 +31,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute, aliased
 
-from services.host.activity import event_log
 from services.host.model.records import SessionRecord
+from services.host.repository.changes import ActivityChanges
 from services.host.repository.command_rows import SessionRoute
 from services.host.repository.id_sets import IdSetStatements
 from services.host.repository.sessions import session_record
@@ -162,6 +162,10 @@ class CleanupRow:
 
 class DeletionRepository(IdSetStatements):
     """Reads and writes what delete, restore, purge and the cleanup outbox touch."""
+
+    def __init__(self, session: AsyncSession, changes: ActivityChanges) -> None:
+        super().__init__(session)
+        self._changes = changes
 
     def _batches(self, values: Sequence[str]) -> Iterator[list[str]]:
         """``values`` in statement-sized id lists."""
@@ -413,18 +417,14 @@ class DeletionRepository(IdSetStatements):
     def note_deleted(
         self, workspace_id: str, session_id: str, generation: str, deleted_at_unix_ms: int
     ) -> None:
-        """Have the activity log write ``session_deleted`` in this transaction (HOST-DEL-6)."""
-        event_log.note_session_deleted(
-            self._db,
-            workspace_id,
-            session_id,
-            generation=generation,
-            deleted_at_unix_ms=deleted_at_unix_ms,
+        """Record ``session_deleted`` for the activity outbox (HOST-DEL-6)."""
+        self._changes.session_deleted(
+            workspace_id, session_id, generation=generation, deleted_at_unix_ms=deleted_at_unix_ms
         )
 
     def note_restored(self, workspace_id: str, session_id: str, generation: str) -> None:
-        """Have the activity log write ``session_restored`` in this transaction (HOST-DEL-8)."""
-        event_log.note_session_restored(self._db, workspace_id, session_id, generation=generation)
+        """Record ``session_restored`` for the activity outbox (HOST-DEL-8)."""
+        self._changes.session_restored(workspace_id, session_id, generation=generation)
 
     # ------------------------------------------------------------------------- listing
 

@@ -2,29 +2,43 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from services.host.repository.changes import ActivityChanges, apply_fields
+from services.host.repository.row_records import MessageRecord, message_record
+from services.host.repository.row_views import MessageRow
 from store.models import Message
 
 
 class MessageRepository:
     """Reads and writes Message rows."""
 
-    def __init__(self, session: AsyncSession) -> None:
+    def __init__(self, session: AsyncSession, changes: ActivityChanges) -> None:
         self._db = session
+        self._changes = changes
 
-    async def get(self, workspace_id: str, session_id: str, message_id: str) -> Message | None:
+    async def get(self, workspace_id: str, session_id: str, message_id: str) -> MessageRow | None:
         """The message with this id in this Session."""
         return await self._db.get(Message, (workspace_id, session_id, message_id))
 
-    def add(self, message: Message) -> None:
-        """Stage a new message row."""
+    def add(self, **values: Any) -> MessageRow:
+        """Stage a new message row from its column values (recorded for the activity outbox)."""
+        message = Message(**values)
         self._db.add(message)
+        self._changes.message(message)
+        return message
+
+    def update(self, message: MessageRow, **values: object) -> None:
+        """Change columns of a message row (recorded for the activity outbox when any changed)."""
+        if apply_fields(message, values):
+            self._changes.message(message)
 
     async def latest_assistant_text(
         self, workspace_id: str, session_id: str, turn_id: str
-    ) -> Message | None:
+    ) -> MessageRow | None:
         """The Turn's latest persisted assistant text (the frozen result, HOST-TURN-6)."""
         query = (
             select(Message)
@@ -49,7 +63,7 @@ class MessageRepository:
         before_version: int | None,
         limit: int,
         descending: bool,
-    ) -> list[Message]:
+    ) -> list[MessageRecord]:
         """Up to ``limit`` messages strictly between the version bounds, in version order."""
         query = select(Message).where(
             Message.workspace_id == workspace_id, Message.session_id == session_id
@@ -60,4 +74,4 @@ class MessageRepository:
             query = query.where(Message.version < before_version)
         order = Message.version.desc() if descending else Message.version.asc()
         query = query.order_by(order).limit(limit)
-        return list((await self._db.execute(query)).scalars().all())
+        return [message_record(row) for row in (await self._db.execute(query)).scalars()]

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from services.host.repository.changes import apply_fields
+from services.host.repository.row_views import OperationRow
 from store.models import InteractionResponseOperation
 
 
@@ -14,15 +18,11 @@ class ResponseOperationRepository:
     def __init__(self, session: AsyncSession) -> None:
         self._db = session
 
-    async def get(
-        self, workspace_id: str, operation_id: str
-    ) -> InteractionResponseOperation | None:
+    async def get(self, workspace_id: str, operation_id: str) -> OperationRow | None:
         """The operation by id."""
         return await self._db.get(InteractionResponseOperation, (workspace_id, operation_id))
 
-    async def by_key(
-        self, workspace_id: str, idempotency_key: str
-    ) -> InteractionResponseOperation | None:
+    async def by_key(self, workspace_id: str, idempotency_key: str) -> OperationRow | None:
         """The operation created with this idempotency key."""
         query = select(InteractionResponseOperation).where(
             InteractionResponseOperation.workspace_id == workspace_id,
@@ -32,7 +32,7 @@ class ResponseOperationRepository:
 
     async def open_for_interaction(
         self, workspace_id: str, session_id: str, turn_id: str, request_id: str
-    ) -> list[InteractionResponseOperation]:
+    ) -> list[OperationRow]:
         """Operations of one Interaction that have not completed."""
         query = select(InteractionResponseOperation).where(
             InteractionResponseOperation.workspace_id == workspace_id,
@@ -43,6 +43,28 @@ class ResponseOperationRepository:
         )
         return list((await self._db.execute(query)).scalars().all())
 
-    def add(self, operation: InteractionResponseOperation) -> None:
-        """Stage a new operation."""
+    @staticmethod
+    def update(operation: OperationRow, **values: object) -> None:
+        """Change columns of an operation (written at the next flush)."""
+        apply_fields(operation, values)
+
+    @staticmethod
+    def complete(
+        operation: OperationRow, disposition: str, now: int, *, detail: str | None = None
+    ) -> None:
+        """Complete an operation with its disposition (``detail`` replaces ``last_error``)."""
+        values: dict[str, object] = {
+            "state": "completed",
+            "disposition": disposition,
+            "completed_at_unix_ms": now,
+            "updated_at_unix_ms": now,
+        }
+        if detail is not None:
+            values["last_error"] = detail
+        apply_fields(operation, values)
+
+    def add(self, **values: Any) -> OperationRow:
+        """Stage a new operation from its column values."""
+        operation = InteractionResponseOperation(**values)
         self._db.add(operation)
+        return operation

@@ -23,7 +23,13 @@ from services.host.model.records import (
     UsageRecord,
     json_object,
 )
-from store.models import Interaction, Message, Session, Turn
+from services.host.repository.row_views import (
+    InteractionRow,
+    MessageRow,
+    OperationRow,
+    SessionRow,
+    TurnRow,
+)
 
 
 @dataclass(frozen=True)
@@ -47,7 +53,7 @@ class MessageRecord:
     references_json: str | None
 
 
-def message_record(row: Message) -> MessageRecord:
+def message_record(row: MessageRow) -> MessageRecord:
     """The read model of a message row."""
     return MessageRecord(
         workspace_id=row.workspace_id,
@@ -68,7 +74,7 @@ def message_record(row: Message) -> MessageRecord:
     )
 
 
-def turn_record(row: Turn) -> TurnRecord:
+def turn_record(row: TurnRow) -> TurnRecord:
     """The read model of a Turn row."""
     return TurnRecord(
         workspace_id=row.workspace_id,
@@ -86,6 +92,7 @@ def turn_record(row: Turn) -> TurnRecord:
         result_resolved_empty=row.result_resolved_empty,
         root_turn_id=row.root_turn_id,
         failure_message=row.failure_message,
+        retracted_at_unix_ms=row.retracted_at_unix_ms,
     )
 
 
@@ -107,7 +114,7 @@ def _options(text: str | None) -> tuple[InteractionOptionRecord, ...]:
     )
 
 
-def interaction_record(row: Interaction) -> InteractionRecord:
+def interaction_record(row: InteractionRow) -> InteractionRecord:
     """The read model of an Interaction row."""
     return InteractionRecord(
         workspace_id=row.workspace_id,
@@ -126,10 +133,55 @@ def interaction_record(row: Interaction) -> InteractionRecord:
         version=row.version,
         created_at_unix_ms=row.created_at_unix_ms,
         updated_at_unix_ms=row.updated_at_unix_ms,
+        occurred_at_unix_ms=row.occurred_at_unix_ms,
     )
 
 
-def session_record(row: Session) -> SessionRecord:
+@dataclass(frozen=True)
+class OperationRecord:
+    """One durable Interaction response operation (HOST-INT-3)."""
+
+    workspace_id: str
+    operation_id: str
+    idempotency_key: str
+    session_id: str
+    turn_id: str
+    request_id: str
+    action: str
+    option_id: str | None
+    answer_json: str | None
+    state: str
+    disposition: str | None
+    attempts: int
+    last_error: str | None
+    created_at_unix_ms: int
+    updated_at_unix_ms: int
+    completed_at_unix_ms: int | None
+
+
+def operation_record(row: OperationRow) -> OperationRecord:
+    """The read model of a response operation row."""
+    return OperationRecord(
+        workspace_id=row.workspace_id,
+        operation_id=row.operation_id,
+        idempotency_key=row.idempotency_key,
+        session_id=row.session_id,
+        turn_id=row.turn_id,
+        request_id=row.request_id,
+        action=row.action,
+        option_id=row.option_id,
+        answer_json=row.answer_json,
+        state=row.state,
+        disposition=row.disposition,
+        attempts=row.attempts,
+        last_error=row.last_error,
+        created_at_unix_ms=row.created_at_unix_ms,
+        updated_at_unix_ms=row.updated_at_unix_ms,
+        completed_at_unix_ms=row.completed_at_unix_ms,
+    )
+
+
+def session_record(row: SessionRow) -> SessionRecord:
     """The read model of a Session row (never its provider-private context)."""
     tombstone = None
     if row.deleted_at_unix_ms is not None:

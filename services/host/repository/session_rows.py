@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from sqlalchemy import bindparam, exists, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from services.host.repository.changes import CREATED, RECONCILE, ActivityChanges, apply_fields
+from services.host.repository.row_views import SessionRow, TargetRow
 from store.models import DEPLOYMENT_WORKSPACE_KEY, AgentTarget, ResourceCleanupOutbox, Session
 
 _LOCK_IF_ROOT: Final = (
@@ -25,12 +27,13 @@ _LOCK_IF_ROOT: Final = (
 class SessionRowRepository:
     """Reads and locks Session rows; allocates message cursors."""
 
-    def __init__(self, session: AsyncSession) -> None:
+    def __init__(self, session: AsyncSession, changes: ActivityChanges) -> None:
         self._db = session
+        self._changes = changes
 
     async def get(
         self, workspace_id: str, session_id: str, *, lock: bool = False
-    ) -> Session | None:
+    ) -> SessionRow | None:
         """The live or deleted Session row; ``lock`` takes a row lock on Postgres.
 
         SQLite write transactions already hold the database write lock (``BEGIN IMMEDIATE``),
@@ -45,7 +48,7 @@ class SessionRowRepository:
             query = query.with_for_update().execution_options(populate_existing=True)
         return (await self._db.execute(query)).scalar_one_or_none()
 
-    async def lock_with_root(self, workspace_id: str, session_id: str) -> Session | None:
+    async def lock_with_root(self, workspace_id: str, session_id: str) -> SessionRow | None:
         """Lock a Session row for a write that may settle Turns, its root Session's first.
 
         Settling a child Turn may settle the root Turn it works for (HOST-TURN-6), and
@@ -66,15 +69,41 @@ class SessionRowRepository:
             await self.get(workspace_id, row.root_session_id, lock=True)
         return await self.get(workspace_id, session_id, lock=True)
 
-    def add(self, row: Session) -> None:
+    async def cursor_state(
+        self, workspace_id: str, session_id: str
+    ) -> tuple[str | None, int] | None:
+        """The Session's active Turn id and message version (``None`` when it does not exist)."""
+        row = (
+            await self._db.execute(
+                select(Session.active_turn_id, Session.message_version).where(
+                    Session.workspace_id == workspace_id, Session.session_id == session_id
+                )
+            )
+        ).one_or_none()
+        return None if row is None else (row[0], int(row[1]))
+
+    def request_reconcile(self, workspace_id: str, session_id: str) -> None:
+        """Have the outbox write ``session_reconcile_required`` for this Session (HOST-RT-2)."""
+        self._changes.session(workspace_id, session_id, (RECONCILE,))
+
+    def add(self, **values: Any) -> SessionRow:
         """Stage a new Session row (a child Session a runtime reports, HOST-RT-3)."""
+        row = Session(**values)
         self._db.add(row)
+        self._changes.session(row.workspace_id, row.session_id, (CREATED,))
+        return row
+
+    def update(self, row: SessionRow, **values: object) -> None:
+        """Change columns of a Session row (the changed names recorded for the outbox)."""
+        changed = apply_fields(row, values)
+        if changed:
+            self._changes.session(row.workspace_id, row.session_id, changed)
 
     async def flush(self) -> None:
         """Write staged rows now."""
         await self._db.flush()
 
-    async def target(self, workspace_id: str, agent_target_id: str) -> AgentTarget | None:
+    async def target(self, workspace_id: str, agent_target_id: str) -> TargetRow | None:
         """The Session's agent target: workspace-private first, else deployment-wide."""
         rows = (
             (
@@ -105,7 +134,7 @@ class SessionRowRepository:
 
     async def targets_for_providers(
         self, providers: frozenset[str], target_ids: frozenset[str]
-    ) -> list[AgentTarget]:
+    ) -> list[TargetRow]:
         """Registered targets of ``providers`` (restricted to ``target_ids`` when non-empty)."""
         query = select(AgentTarget).where(AgentTarget.provider.in_(sorted(providers)))
         if target_ids:
@@ -113,7 +142,7 @@ class SessionRowRepository:
         query = query.order_by(AgentTarget.agent_target_id)
         return list((await self._db.execute(query)).scalars().all())
 
-    async def with_active_turns(self, providers: frozenset[str]) -> list[Session]:
+    async def with_active_turns(self, providers: frozenset[str]) -> list[SessionRow]:
         """Live Sessions of ``providers`` that have an active Turn (runtime-loss scan)."""
         query = select(Session).where(
             Session.active_turn_id.is_not(None),
@@ -122,16 +151,15 @@ class SessionRowRepository:
         )
         return list((await self._db.execute(query)).scalars().all())
 
-    @staticmethod
-    def next_message_cursor(row: Session) -> tuple[int, int]:
+    def next_message_cursor(self, row: SessionRow) -> tuple[int, int]:
         """Allocate ``(sequence, version)`` for a new message of ``row`` (mutates the row)."""
         sequence = row.next_message_sequence
-        row.next_message_sequence = sequence + 1
-        row.message_version = row.message_version + 1
+        self.update(
+            row, next_message_sequence=sequence + 1, message_version=row.message_version + 1
+        )
         return sequence, row.message_version
 
-    @staticmethod
-    def next_message_version(row: Session) -> int:
+    def next_message_version(self, row: SessionRow) -> int:
         """Allocate a version for a changed message of ``row`` (mutates the row)."""
-        row.message_version = row.message_version + 1
+        self.update(row, message_version=row.message_version + 1)
         return row.message_version

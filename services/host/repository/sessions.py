@@ -16,7 +16,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql.elements import ColumnElement
 
-from services.host.activity.event_log import note_session_changed
 from services.host.model.records import (
     Capabilities,
     InteractionRecord,
@@ -24,6 +23,7 @@ from services.host.model.records import (
     SessionSettingsValue,
     TurnRecord,
 )
+from services.host.repository.changes import CREATED, ActivityChanges
 from services.host.repository.inserts import insert_if_absent
 from services.host.repository.row_records import interaction_record, session_record, turn_record
 from store.models import Interaction, ResourceCleanupOutbox, Session, Turn
@@ -145,8 +145,9 @@ _LATEST_TURNS: Final = select(aliased(Turn, _RANKED_TURNS)).where(_RANKED_TURNS.
 class SessionRepository:
     """Reads and writes ``sessions`` and reads the Turns and Interactions they compose."""
 
-    def __init__(self, session: AsyncSession) -> None:
+    def __init__(self, session: AsyncSession, changes: ActivityChanges) -> None:
         self._session = session
+        self._changes = changes
 
     async def get(self, workspace_id: str, session_id: str) -> SessionRecord | None:
         """One Session, live or tombstoned."""
@@ -186,7 +187,7 @@ class SessionRepository:
         ):
             return False
         # HOST-OBS-2: a new Session is announced by identity (session_reconcile_required).
-        note_session_changed(self._session, new.workspace_id, new.session_id)
+        self._changes.session(new.workspace_id, new.session_id, (CREATED,))
         return True
 
     async def launch_subagents_json(self, workspace_id: str, session_id: str) -> str | None:
@@ -321,7 +322,7 @@ class SessionRepository:
             .where(Session.workspace_id == workspace_id, Session.session_id == session_id)
             .values(**values)
         )
-        note_session_changed(self._session, workspace_id, session_id)  # HOST-OBS-2
+        self._changes.session(workspace_id, session_id, values)  # HOST-OBS-2
 
     async def set_title(self, workspace_id: str, session_id: str, title: str) -> None:
         """Store a new title."""

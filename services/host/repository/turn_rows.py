@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from typing import Any
+
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from services.host.model.records import TurnRecord
+from services.host.repository.changes import ActivityChanges, apply_fields
+from services.host.repository.row_records import turn_record
+from services.host.repository.row_views import TurnRow
 from store.models import Turn
 
 ACTIVE_PHASES = ("queued", "running", "awaiting_interaction")
@@ -14,16 +20,22 @@ ACTIVE_PHASES = ("queued", "running", "awaiting_interaction")
 class TurnRepository:
     """Reads and writes Turn rows."""
 
-    def __init__(self, session: AsyncSession) -> None:
+    def __init__(self, session: AsyncSession, changes: ActivityChanges) -> None:
         self._db = session
+        self._changes = changes
 
-    async def get(self, workspace_id: str, session_id: str, turn_id: str) -> Turn | None:
+    async def get(self, workspace_id: str, session_id: str, turn_id: str) -> TurnRow | None:
         """The Turn with this exact identity."""
         return await self._db.get(Turn, (workspace_id, session_id, turn_id))
 
+    async def phase_of(self, workspace_id: str, session_id: str, turn_id: str) -> str | None:
+        """The Turn's phase (``None`` when it does not exist)."""
+        turn = await self._db.get(Turn, (workspace_id, session_id, turn_id))
+        return None if turn is None else turn.phase
+
     async def by_client_submit_id(
         self, workspace_id: str, session_id: str, client_submit_id: str
-    ) -> Turn | None:
+    ) -> TurnRow | None:
         """The Turn created by a submission, read back by its idempotency key."""
         query = select(Turn).where(
             Turn.workspace_id == workspace_id,
@@ -32,9 +44,17 @@ class TurnRepository:
         )
         return (await self._db.execute(query)).scalar_one_or_none()
 
-    def add(self, turn: Turn) -> None:
-        """Stage a new Turn row."""
+    def add(self, **values: Any) -> TurnRow:
+        """Stage a new Turn row from its column values (recorded for the activity outbox)."""
+        turn = Turn(**values)
         self._db.add(turn)
+        self._changes.turn(turn)
+        return turn
+
+    def update(self, turn: TurnRow, **values: object) -> None:
+        """Change columns of a Turn row (recorded for the activity outbox when any changed)."""
+        if apply_fields(turn, values):
+            self._changes.turn(turn)
 
     async def flush(self) -> None:
         """Write staged rows now (so later statements may reference them)."""
@@ -48,7 +68,7 @@ class TurnRepository:
         after: tuple[int, str] | None,
         limit: int,
         include_retracted: bool,
-    ) -> list[Turn]:
+    ) -> list[TurnRecord]:
         """Turns in creation order ``(created_at, turn_id)`` after a value cursor."""
         query = select(Turn).where(Turn.workspace_id == workspace_id, Turn.session_id == session_id)
         if not include_retracted:
@@ -60,9 +80,9 @@ class TurnRepository:
                 | ((Turn.created_at_unix_ms == created) & (Turn.turn_id > turn_id))
             )
         query = query.order_by(Turn.created_at_unix_ms, Turn.turn_id).limit(limit)
-        return list((await self._db.execute(query)).scalars().all())
+        return [turn_record(row) for row in (await self._db.execute(query)).scalars()]
 
-    async def active_children(self, workspace_id: str, root_turn_id: str) -> list[Turn]:
+    async def active_children(self, workspace_id: str, root_turn_id: str) -> list[TurnRow]:
         """Active Turns (of child Sessions) that work for ``root_turn_id``."""
         query = select(Turn).where(
             Turn.workspace_id == workspace_id,
@@ -71,3 +91,15 @@ class TurnRepository:
             Turn.phase.in_(ACTIVE_PHASES),
         )
         return list((await self._db.execute(query)).scalars().all())
+
+    async def active_counts(self, workspaces: frozenset[str] | None) -> dict[str, int]:
+        """Active Turns per workspace (only workspaces with some), in ``workspaces`` or all."""
+        query = (
+            select(Turn.workspace_id, func.count())
+            .where(Turn.phase.in_(ACTIVE_PHASES))
+            .group_by(Turn.workspace_id)
+            .order_by(Turn.workspace_id)
+        )
+        if workspaces is not None:
+            query = query.where(Turn.workspace_id.in_(sorted(workspaces)))
+        return {row[0]: int(row[1]) for row in (await self._db.execute(query)).all()}

@@ -41,7 +41,8 @@ from domainerrors import (
 )
 from services.host.context import HostContext
 from services.host.model.records import json_object
-from services.host.repository.activity_scope import ActivityRepositories, activity_runner
+from services.host.repository.row_views import SessionRow
+from services.host.repository.unit_of_work import HostTransaction
 from services.host.runtime.registry import (
     PROTOCOL_REVISION,
     CommandAck,
@@ -63,7 +64,6 @@ from services.host.turns import command_outbox, interactions, lifecycle, message
 from services.host.turns.interactions import DispositionInput, TransitionInput
 from services.host.turns.tool_payload import build_tool_call_payload
 from store.integrity import store_refusal
-from store.models import Session, Turn
 
 _log = logging.getLogger(__name__)
 
@@ -128,11 +128,13 @@ async def open_link(
         _log.info("runtime %s restarted (was %s)", identity.runtime_id, dead_instance)
         await runtime_lost(ctx, identity, include_served_by_others=True)
 
-    async def targets(repos: ActivityRepositories) -> list[str]:
-        rows = await repos.sessions.targets_for_providers(identity.providers, identity.target_ids)
+    async def targets(repos: HostTransaction) -> list[str]:
+        rows = await repos.session_rows.targets_for_providers(
+            identity.providers, identity.target_ids
+        )
         return sorted({row.agent_target_id for row in rows})
 
-    return handle, await activity_runner(ctx.database.engine).run(targets, write=False)
+    return handle, await ctx.transact(targets, write=False)
 
 
 async def link_ready(ctx: HostContext, handle: RuntimeLinkHandle) -> None:
@@ -166,10 +168,9 @@ async def runtime_lost(
     Returns:
         How many Sessions had an active Turn interrupted.
     """
-    runner = activity_runner(ctx.database.engine)
 
-    async def candidates(repos: ActivityRepositories) -> list[tuple[str, str]]:
-        rows = await repos.sessions.with_active_turns(identity.providers)
+    async def candidates(repos: HostTransaction) -> list[tuple[str, str]]:
+        rows = await repos.session_rows.with_active_turns(identity.providers)
         return [
             (row.workspace_id, row.session_id)
             for row in rows
@@ -182,22 +183,22 @@ async def runtime_lost(
         ]
 
     count = 0
-    for workspace_id, session_id in await runner.run(candidates, write=False):
+    for workspace_id, session_id in await ctx.transact(candidates, write=False):
 
         async def interrupt(
-            repos: ActivityRepositories, ws: str = workspace_id, sid: str = session_id
+            repos: HostTransaction, ws: str = workspace_id, sid: str = session_id
         ) -> bool:
-            session = await repos.sessions.lock_with_root(ws, sid)
+            session = await repos.session_rows.lock_with_root(ws, sid)
             if session is None:
                 return False
             return await _confirm_dead(repos, session, ctx.clock())
 
         async with ctx.lanes.hold(workspace_id, session_id):
-            count += int(await runner.run(interrupt))
+            count += int(await ctx.transact(interrupt))
     return count
 
 
-async def _confirm_dead(repos: ActivityRepositories, session: Session, now: int) -> bool:
+async def _confirm_dead(repos: HostTransaction, session: SessionRow, now: int) -> bool:
     """Interrupt the active Turn and supersede every open Interaction of the Session."""
     changed = False
     if session.active_turn_id is not None:
@@ -221,10 +222,10 @@ async def _confirm_dead(repos: ActivityRepositories, session: Session, now: int)
 async def apply_ack(ctx: HostContext, handle: RuntimeLinkHandle, ack: CommandAck) -> None:
     """Record a command acknowledgement and wake whoever awaits it."""
 
-    async def run(repos: ActivityRepositories) -> None:
+    async def run(repos: HostTransaction) -> None:
         await command_outbox.record_ack(repos, ctx, ack)
 
-    await activity_runner(ctx.database.engine).run(run)
+    await ctx.transact(run)
     handle.resolve_ack(ack)
 
 
@@ -266,11 +267,10 @@ async def apply_report(
         )
     if report.invalid_fields:
         return _invalid_values(report)
-    runner = activity_runner(ctx.database.engine)
     progress = _Progress()
     try:
         async with ctx.lanes.hold(report.workspace_id, report.session_id):
-            return await runner.run(lambda repos: _apply(ctx, repos, report, progress))
+            return await ctx.transact(lambda repos: _apply(ctx, repos, report, progress))
     except _Refused as refused:
         return refused.verdict
     except (IntegrityError, DataError) as error:
@@ -318,7 +318,7 @@ def _reject_all(report: RuntimeReportInput, reason: str, message: str) -> _Refus
 
 
 async def _frozen(
-    repos: ActivityRepositories, report: RuntimeReportInput, session: Session | None
+    repos: HostTransaction, report: RuntimeReportInput, session: SessionRow | None
 ) -> _Refused | None:
     """The refusal of a report about a tombstone or a fenced id, if it is one.
 
@@ -335,7 +335,7 @@ async def _frozen(
             SESSION_DELETED,
             f"Session {report.session_id!r} is deleted; a tombstone takes no reports",
         )
-    if await repos.sessions.cleanup_pending(report.session_id):
+    if await repos.session_rows.cleanup_pending(report.session_id):
         return _reject_all(
             report,
             SESSION_PURGED,
@@ -347,12 +347,12 @@ async def _frozen(
 
 async def _apply(
     ctx: HostContext,
-    repos: ActivityRepositories,
+    repos: HostTransaction,
     report: RuntimeReportInput,
     progress: _Progress,
 ) -> ReportVerdict:
     now = ctx.clock()
-    session = await repos.sessions.lock_with_root(report.workspace_id, report.session_id)
+    session = await repos.session_rows.lock_with_root(report.workspace_id, report.session_id)
     frozen = await _frozen(repos, report, session)
     if frozen is not None:
         raise frozen
@@ -384,7 +384,7 @@ async def _apply(
                 )
             results[index] = await _apply_item(repos, session, index, item, now, refuse)
         # Written now, so a store refusal is charged to the item that caused it.
-        await repos.sessions.flush()
+        await repos.session_rows.flush()
     ordered = tuple(results[index] for index in sorted(results))
     applied = any(result.outcome == "applied" for result in ordered)
     return ReportVerdict(report.report_id, "applied" if applied else "already_applied", ordered)
@@ -399,8 +399,8 @@ _SessionItem = (
 
 
 async def _apply_turn_messages(
-    repos: ActivityRepositories,
-    session: Session,
+    repos: HostTransaction,
+    session: SessionRow,
     items: list[tuple[int, ReportItem | None]],
     index: int,
     turn_id: str,
@@ -422,8 +422,8 @@ async def _apply_turn_messages(
 
 
 async def _apply_item(
-    repos: ActivityRepositories,
-    session: Session,
+    repos: HostTransaction,
+    session: SessionRow,
     index: int,
     item: _SessionItem,
     now: int,
@@ -446,14 +446,14 @@ async def _apply_item(
 
 
 async def _apply_session_patch(
-    repos: ActivityRepositories,
+    repos: HostTransaction,
     report: RuntimeReportInput,
-    session: Session | None,
+    session: SessionRow | None,
     index: int,
     item: SessionPatchItem,
     now: int,
     refuse: Refuse,
-) -> tuple[Session, bool]:
+) -> tuple[SessionRow, bool]:
     # HOST-SES-1: a patch that omits the target, or names it empty, never clears it.
     target_id = item.agent_target_id or None
     if session is None:
@@ -461,35 +461,35 @@ async def _apply_session_patch(
         return child, True
     if target_id is not None and target_id != session.agent_target_id:
         await _check_target(repos, report, index, target_id, session.provider, refuse)
-    before = _patched_fields(session)
-    _patch_fields(session, item, target_id)
-    changed = before != _patched_fields(session)
+    values = _patch_values(session, item, target_id)
+    changed = any(getattr(session, name) != value for name, value in values.items())
     if changed:
-        session.updated_at_unix_ms = max(session.updated_at_unix_ms, now)
+        values["updated_at_unix_ms"] = max(session.updated_at_unix_ms, now)
+        repos.session_rows.update(session, **values)
     return session, changed
 
 
 async def _create_child(
-    repos: ActivityRepositories,
+    repos: HostTransaction,
     report: RuntimeReportInput,
     index: int,
     item: SessionPatchItem,
     target_id: str | None,
     now: int,
     refuse: Refuse,
-) -> Session:
+) -> SessionRow:
     """Create the child Session a patch of an unknown id announces, from its live parent."""
     if item.parent_session_id is None:
         raise refuse(index, "rejected", "UNKNOWN_SESSION", "report names an unknown Session")
     # Locked: a concurrent delete of the parent either sees this child (its plan goes
     # stale) or has tombstoned the parent, and no live child is put under a tombstone.
     # The child's own id passed the purge fence in ``_frozen`` (HOST-DEL-11).
-    parent = await repos.sessions.get(report.workspace_id, item.parent_session_id, lock=True)
+    parent = await repos.session_rows.get(report.workspace_id, item.parent_session_id, lock=True)
     if parent is None or parent.deleted_at_unix_ms is not None:
         raise refuse(index, "rejected", "UNKNOWN_SESSION", "parent Session not found")
     if target_id is not None:
         await _check_target(repos, report, index, target_id, parent.provider, refuse)
-    session = Session(
+    session = repos.session_rows.add(
         workspace_id=report.workspace_id,
         session_id=report.session_id,
         parent_session_id=parent.session_id,
@@ -509,43 +509,35 @@ async def _create_child(
         created_at_unix_ms=now,
         updated_at_unix_ms=now,
     )
-    repos.sessions.add(session)
-    await repos.sessions.flush()
+    await repos.session_rows.flush()
     return session
 
 
-def _patched_fields(session: Session) -> tuple[object, ...]:
-    """The Session fields a session patch can change."""
-    return (
-        session.title,
-        session.cwd,
-        session.usage_json,
-        session.agent_target_id,
-        session.provider_resume_json,
-    )
-
-
-def _patch_fields(session: Session, item: SessionPatchItem, target_id: str | None) -> None:
-    """Set the fields the patch carries (``target_id`` is its non-empty target, if any)."""
+def _patch_values(
+    session: SessionRow, item: SessionPatchItem, target_id: str | None
+) -> dict[str, object]:
+    """The Session columns the patch carries (``target_id`` is its non-empty target, if any)."""
+    values: dict[str, object] = {}
     if item.title is not None:
-        session.title = item.title
+        values["title"] = item.title
     if item.cwd is not None:
-        session.cwd = item.cwd  # never changes rail_section_key (HOST-SES-2)
+        values["cwd"] = item.cwd  # never changes rail_section_key (HOST-SES-2)
     if item.usage_json is not None:
-        session.usage_json = item.usage_json
+        values["usage_json"] = item.usage_json
     if target_id is not None:
-        session.agent_target_id = target_id
+        values["agent_target_id"] = target_id
     if item.provider_session_ref is not None or item.runtime_context_json is not None:
         resume = json_object(session.provider_resume_json)
         if item.provider_session_ref is not None:
             resume["providerSessionRef"] = item.provider_session_ref
         if item.runtime_context_json is not None:
             resume["runtimeContextJson"] = item.runtime_context_json
-        session.provider_resume_json = json.dumps(resume, sort_keys=True)
+        values["provider_resume_json"] = json.dumps(resume, sort_keys=True)
+    return values
 
 
 async def _check_target(
-    repos: ActivityRepositories,
+    repos: HostTransaction,
     report: RuntimeReportInput,
     index: int,
     target_id: str,
@@ -553,7 +545,7 @@ async def _check_target(
     refuse: Refuse,
 ) -> None:
     """A reported target must be registered and of the Session's provider (HOST-SES-1)."""
-    target = await repos.sessions.target(report.workspace_id, target_id)
+    target = await repos.session_rows.target(report.workspace_id, target_id)
     if target is None:
         raise refuse(
             index,
@@ -572,8 +564,8 @@ async def _check_target(
 
 
 async def _apply_turn_patch(
-    repos: ActivityRepositories,
-    session: Session,
+    repos: HostTransaction,
+    session: SessionRow,
     index: int,
     item: TurnPatchItem,
     now: int,
@@ -589,7 +581,7 @@ async def _apply_turn_patch(
             raise refuse(
                 index, "rejected", "INVALID_TURN_PATCH", "origin is required to create a Turn"
             )
-        turn = Turn(
+        turn = repos.turns.add(
             workspace_id=session.workspace_id,
             session_id=session.session_id,
             turn_id=item.turn_id,
@@ -602,11 +594,13 @@ async def _apply_turn_patch(
             updated_at_unix_ms=now,
             started_at_unix_ms=None if item.phase == "queued" else now,
         )
-        repos.turns.add(turn)
         await repos.turns.flush()
         if not item.terminal and session.active_turn_id is None:
-            session.active_turn_id = turn.turn_id
-            session.updated_at_unix_ms = max(session.updated_at_unix_ms, now)
+            repos.session_rows.update(
+                session,
+                active_turn_id=turn.turn_id,
+                updated_at_unix_ms=max(session.updated_at_unix_ms, now),
+            )
         if not item.terminal:
             return ItemResult(index, "applied")
     if item.terminal:
@@ -616,13 +610,13 @@ async def _apply_turn_patch(
             repos, session, turn, item.outcome, now, failure_message=item.failure_message
         )
     else:
-        change = lifecycle.advance_phase(turn, item.phase, now)
+        change = lifecycle.advance_phase(repos, turn, item.phase, now)
     return ItemResult(index, "applied" if change.changed else "already_applied", change.stale)
 
 
 async def _apply_message(
-    repos: ActivityRepositories,
-    session: Session,
+    repos: HostTransaction,
+    session: SessionRow,
     index: int,
     item: MessageSnapshotItem,
     now: int,
@@ -659,8 +653,8 @@ async def _apply_message(
 
 
 async def _apply_transition(
-    repos: ActivityRepositories,
-    session: Session,
+    repos: HostTransaction,
+    session: SessionRow,
     index: int,
     item: TransitionInput,
     now: int,

@@ -31,11 +31,11 @@ from dataclasses import dataclass
 
 from services.host.context import HostContext
 from services.host.model.records import Capabilities, SessionSettingsValue
-from services.host.repository.activity_scope import ActivityRepositories, activity_runner
+from services.host.repository.unit_of_work import HostTransaction
+from services.host.runtime.commands import ApplySettings
 from services.host.runtime.registry import CommandAck, RuntimeLinkHandle
 from services.host.runtime.settings_port import RuntimeSettingsOutcome, RuntimeSettingsStatus
 from services.host.turns import command_outbox
-from services.host.turns.submission import settings_to_json
 
 __all__ = ["LinkedRuntimeSettings"]
 
@@ -67,8 +67,8 @@ class LinkedRuntimeSettings:
         """Apply ``settings`` live; a runtime failure is returned as ``failed``, not raised."""
         ctx = self._ctx
 
-        async def enqueue(repos: ActivityRepositories) -> _Sent | RuntimeSettingsStatus:
-            session = await repos.sessions.get(workspace_id, session_id)
+        async def enqueue(repos: HostTransaction) -> _Sent | RuntimeSettingsStatus:
+            session = await repos.session_rows.get(workspace_id, session_id)
             link = (
                 ctx.runtimes.link_for(workspace_id, session.agent_target_id, session.provider)
                 if session is not None
@@ -78,13 +78,11 @@ class LinkedRuntimeSettings:
                 return "not_attached"
             if not (capabilities.live_settings and link.identity.capabilities.get("live_settings")):
                 return "deferred"
-            command_id = command_outbox.enqueue(
-                repos, ctx, session, "apply_settings", {"settings": settings_to_json(settings)}
-            )
+            command_id = command_outbox.enqueue(repos, ctx, session, ApplySettings(settings))
             # Registered before the commit dispatches the command, so an early ack is seen.
             return _Sent(link, command_id, link.expect_ack(command_id))
 
-        sent = await activity_runner(ctx.database.engine).run(enqueue)
+        sent = await ctx.transact(enqueue)
         if not isinstance(sent, _Sent):
             return RuntimeSettingsOutcome(sent)
         link, command_id, ack = sent.link, sent.command_id, sent.ack
@@ -119,11 +117,11 @@ class LinkedRuntimeSettings:
     ) -> RuntimeSettingsOutcome:
         """Make ``failed`` final: withdraw the command unless a verdict committed first."""
 
-        async def withdraw(repos: ActivityRepositories) -> command_outbox.Withdrawal:
+        async def withdraw(repos: HostTransaction) -> command_outbox.Withdrawal:
             return await command_outbox.withdraw_awaited(repos, command_id)
 
         try:
-            settled = await activity_runner(self._ctx.database.engine).run(withdraw)
+            settled = await self._ctx.transact(withdraw)
         except Exception:  # noqa: BLE001 - the report must still be made, and be true
             _log.exception("could not withdraw apply_settings %s", command_id)
             return RuntimeSettingsOutcome(

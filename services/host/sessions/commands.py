@@ -16,8 +16,6 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from domainerrors import (
     AlreadyExists,
     FailedPrecondition,
@@ -33,13 +31,13 @@ from services.host.model.records import (
     subagents_to_json,
 )
 from services.host.model.session_rules import (
+    CONVERSATIONS_SECTION_KEY,
     require_live,
     session_id_violation,
     validate_session_id,
 )
-from services.host.repository import transactions
-from services.host.repository.activity_scope import ActivityRepositories, activity_runner
 from services.host.repository.sessions import NewSession
+from services.host.repository.unit_of_work import HostTransaction
 from services.host.runtime.settings_port import RuntimeSettingsOutcome, RuntimeSettingsPort
 from services.host.sessions.projects import project_containing, validate_section_key
 from services.host.sessions.settings_catalog import merge_settings
@@ -52,8 +50,6 @@ from services.host.turns.submission import (
     read_back,
     validate,
 )
-from store.models import CONVERSATIONS_SECTION_KEY
-from store.transactions import TransactionRunner, UnitOfWork
 
 __all__ = [
     "MAX_TITLE_LENGTH",
@@ -214,14 +210,6 @@ class CreatedSession:
     first_turn: SubmitResult | None = None
 
 
-class _CreateScope:
-    """One transaction seen through both repository families (Session row and Turn)."""
-
-    def __init__(self, session: AsyncSession, uow: UnitOfWork) -> None:
-        self.host = transactions.HostRepositories(session, uow)
-        self.activity = ActivityRepositories(session, uow)
-
-
 async def create_session(ctx: HostContext, command: CreateSessionCommand) -> CreatedSession:
     """Create a root Session, persist it and read it back (HOST-SES-1, HOST-SES-2).
 
@@ -255,20 +243,19 @@ async def create_session(ctx: HostContext, command: CreateSessionCommand) -> Cre
         title = derived_title(first.content)
     submission = first.submission(workspace_id, session_id) if first is not None else None
 
-    async def persist_all(scope: _CreateScope) -> tuple[bool, str | None] | None:
-        await _persist_session(ctx, scope.host, command, session_id, title)
+    async def persist_all(scope: HostTransaction) -> tuple[bool, str | None] | None:
+        await _persist_session(ctx, scope, command, session_id, title)
         if submission is None:
             return None
-        return await persist_submission(ctx, scope.activity, submission)
+        return await persist_submission(ctx, scope, submission)
 
     async with ctx.lanes.hold(workspace_id, session_id):
-        runner = TransactionRunner(ctx.database.engine, scope=_CreateScope)
-        stored = await runner.run(persist_all)
+        stored = await ctx.transact(persist_all)
         record = await read_live_session(ctx, workspace_id, session_id)
         if submission is None or stored is None:
             return CreatedSession(record)
         replayed, interrupted = stored
-        turn = await activity_runner(ctx.database.engine).run(
+        turn = await ctx.transact(
             lambda repos: read_back(repos, submission, replayed, interrupted), write=False
         )
         return CreatedSession(record, turn)
@@ -276,7 +263,7 @@ async def create_session(ctx: HostContext, command: CreateSessionCommand) -> Cre
 
 async def _persist_session(
     ctx: HostContext,
-    repos: transactions.HostRepositories,
+    repos: HostTransaction,
     command: CreateSessionCommand,
     session_id: str,
     title: str,
@@ -330,7 +317,7 @@ async def _persist_session(
 
 
 async def _placement(
-    repos: transactions.HostRepositories, command: CreateSessionCommand
+    repos: HostTransaction, command: CreateSessionCommand
 ) -> tuple[str, str | None]:
     """``(rail_section_key, rail_project_path)`` of a new Session, its project row locked."""
     workspace_id = command.workspace_id
@@ -373,10 +360,10 @@ async def read_live_session(ctx: HostContext, workspace_id: str, session_id: str
         NotFound: ``SESSION_NOT_FOUND`` or ``SESSION_DELETED``.
     """
 
-    async def query(repos: transactions.HostRepositories) -> SessionRecord | None:
+    async def query(repos: HostTransaction) -> SessionRecord | None:
         return await repos.sessions.get(workspace_id, session_id)
 
-    record = await transactions.run(ctx.database, query, write=False)
+    record = await ctx.transact(query, write=False)
     return require_live(record, workspace_id, session_id)
 
 
@@ -402,7 +389,7 @@ async def get_session(ctx: HostContext, workspace_id: str, session_id: str) -> S
     """
     validate_session_id(session_id)
 
-    async def query(repos: transactions.HostRepositories) -> SessionDetail:
+    async def query(repos: HostTransaction) -> SessionDetail:
         session = require_live(
             await repos.sessions.get(workspace_id, session_id), workspace_id, session_id
         )
@@ -420,7 +407,7 @@ async def get_session(ctx: HostContext, workspace_id: str, session_id: str) -> S
             children=await repos.sessions.live_descendants(session),
         )
 
-    return await transactions.run(ctx.database, query, write=False)
+    return await ctx.transact(query, write=False)
 
 
 # ------------------------------------------------------------------------------ mutations
@@ -441,12 +428,12 @@ async def rename_session(
     if (violation := _title_violation(title, "title", required=True)) is not None:
         raise InvalidArgument(violation.description, field_violations=[violation])
 
-    async def command(repos: transactions.HostRepositories) -> None:
+    async def command(repos: HostTransaction) -> None:
         require_live(await repos.sessions.get(workspace_id, session_id), workspace_id, session_id)
         await repos.sessions.set_title(workspace_id, session_id, title.strip())
 
     async with ctx.lanes.hold(workspace_id, session_id):
-        await transactions.run(ctx.database, command)
+        await ctx.transact(command)
         return await read_live_session(ctx, workspace_id, session_id)
 
 
@@ -460,7 +447,7 @@ async def set_session_pinned(
     """
     validate_session_id(session_id)
 
-    async def command(repos: transactions.HostRepositories) -> None:
+    async def command(repos: HostTransaction) -> None:
         session = require_live(
             await repos.sessions.get(workspace_id, session_id), workspace_id, session_id
         )
@@ -470,7 +457,7 @@ async def set_session_pinned(
             await repos.sessions.set_pinned_at(workspace_id, session_id, None)
 
     async with ctx.lanes.hold(workspace_id, session_id):
-        await transactions.run(ctx.database, command)
+        await ctx.transact(command)
         return await read_live_session(ctx, workspace_id, session_id)
 
 
@@ -503,7 +490,7 @@ async def update_session_settings(
     """
     validate_session_id(session_id)
 
-    async def command(repos: transactions.HostRepositories) -> None:
+    async def command(repos: HostTransaction) -> None:
         session = require_live(
             await repos.sessions.get(workspace_id, session_id), workspace_id, session_id
         )
@@ -524,7 +511,7 @@ async def update_session_settings(
             await repos.sessions.set_settings(workspace_id, session_id, settings)
 
     async with ctx.lanes.hold(workspace_id, session_id):
-        await transactions.run(ctx.database, command)
+        await ctx.transact(command)
         persisted = await read_live_session(ctx, workspace_id, session_id)
         outcome = await runtime.apply_settings(
             workspace_id, session_id, persisted.settings, persisted.capabilities

@@ -17,11 +17,11 @@ from domainerrors import FieldViolation, InvalidArgument
 from services.host.context import HostContext
 from services.host.model.listing_cursors import CursorPosition, decode_cursor, encode_cursor
 from services.host.model.records import SessionRecord, TurnRecord
-from services.host.repository import transactions
+from services.host.model.session_rules import CONVERSATIONS_SECTION_KEY
 from services.host.repository.projects import ProjectRecord
 from services.host.repository.sessions import RootSessionQuery
+from services.host.repository.unit_of_work import HostTransaction
 from services.host.sessions.projects import validate_section_key
-from store.models import CONVERSATIONS_SECTION_KEY
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
@@ -127,7 +127,7 @@ class SessionPage:
 
 
 async def _page(
-    repos: transactions.HostRepositories,
+    repos: HostTransaction,
     query: RootSessionQuery,
     *,
     listing: str,
@@ -194,7 +194,7 @@ async def list_sections(
     """
     filters.validate()
 
-    async def query(repos: transactions.HostRepositories) -> RailSections:
+    async def query(repos: HostTransaction) -> RailSections:
         sections: list[RailSection] = []
         for project in await repos.projects.in_workspace(workspace_id):
             page = await _page(
@@ -224,7 +224,7 @@ async def list_sections(
         )
         return RailSections(sections, pinned)
 
-    return await transactions.run(ctx.database, query, write=False)
+    return await ctx.transact(query, write=False)
 
 
 async def list_section_page(
@@ -242,7 +242,7 @@ async def list_section_page(
     listing = section_listing(section_key)
     after = _after(cursor, workspace_id, listing)
 
-    async def query(repos: transactions.HostRepositories) -> SessionPage:
+    async def query(repos: HostTransaction) -> SessionPage:
         return await _page(
             repos,
             filters.query(workspace_id, section_key=section_key, pinned=False),
@@ -251,7 +251,7 @@ async def list_section_page(
             limit=limit,
         )
 
-    return await transactions.run(ctx.database, query, write=False)
+    return await ctx.transact(query, write=False)
 
 
 async def list_pinned_page(
@@ -261,7 +261,7 @@ async def list_pinned_page(
     filters.validate()
     after = _after(cursor, workspace_id, PINNED_LISTING)
 
-    async def query(repos: transactions.HostRepositories) -> SessionPage:
+    async def query(repos: HostTransaction) -> SessionPage:
         return await _page(
             repos,
             filters.query(workspace_id, pinned=True),
@@ -270,7 +270,7 @@ async def list_pinned_page(
             limit=limit,
         )
 
-    return await transactions.run(ctx.database, query, write=False)
+    return await ctx.transact(query, write=False)
 
 
 async def search_sessions(
@@ -295,7 +295,7 @@ async def search_sessions(
     effective = ListFilter(filters.agent_target_id, search_query, filters.authorized_session_ids)
     after = _after(cursor, workspace_id, SEARCH_LISTING)
 
-    async def query(repos: transactions.HostRepositories) -> SessionPage:
+    async def query(repos: HostTransaction) -> SessionPage:
         return await _page(
             repos,
             effective.query(workspace_id),
@@ -304,7 +304,7 @@ async def search_sessions(
             limit=limit,
         )
 
-    return await transactions.run(ctx.database, query, write=False)
+    return await ctx.transact(query, write=False)
 
 
 async def deletion_candidates(
@@ -315,10 +315,10 @@ async def deletion_candidates(
         raise InvalidArgument(violation.description, field_violations=[violation])
     filters.validate()
 
-    async def query(repos: transactions.HostRepositories) -> list[str]:
+    async def query(repos: HostTransaction) -> list[str]:
         result = await repos.sessions.root_sessions(
             filters.query(workspace_id, section_key=section_key, pinned=False)
         )
         return [s.session_id for s in result.sessions]
 
-    return await transactions.run(ctx.database, query, write=False)
+    return await ctx.transact(query, write=False)

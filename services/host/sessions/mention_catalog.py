@@ -18,7 +18,7 @@ from domainerrors import InvalidArgument, Unavailable
 from services.host.context import HostContext
 from services.host.model.records import subagents_from_json
 from services.host.model.session_rules import require_live, validate_session_id
-from services.host.repository import transactions
+from services.host.repository.unit_of_work import HostTransaction
 from services.host.sessions.targets import target_not_found
 from services.host.turns import mentions
 
@@ -75,7 +75,7 @@ async def read_mention_catalog(
         validate_session_id(session_id)
 
     async def query(
-        repos: transactions.HostRepositories,
+        repos: HostTransaction,
     ) -> tuple[list[mentions.Subagent], str | None]:
         if session_id is not None:
             session = require_live(
@@ -90,5 +90,5 @@ async def read_mention_catalog(
             raise target_not_found(agent_target_id)
         return [mentions.Subagent(s.name, s.description) for s in target.subagents], cwd
 
-    catalog, root = await transactions.run(ctx.database, query, write=False)
+    catalog, root = await ctx.transact(query, write=False)
     return mentions.mention_menu(catalog, mode=mode, is_workspace_entry=index(root))

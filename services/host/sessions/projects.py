@@ -19,9 +19,9 @@ from domainerrors import (
     NotFound,
 )
 from services.host.context import HostContext
-from services.host.repository import transactions
+from services.host.model.session_rules import CONVERSATIONS_SECTION_KEY
 from services.host.repository.projects import ProjectRecord
-from store.models import CONVERSATIONS_SECTION_KEY
+from services.host.repository.unit_of_work import HostTransaction
 
 __all__ = [
     "ProjectRecord",
@@ -100,7 +100,7 @@ async def add_project(
         created_at_unix_ms=ctx.clock(),
     )
 
-    async def command(repos: transactions.HostRepositories) -> ProjectRecord:
+    async def command(repos: HostTransaction) -> ProjectRecord:
         if await repos.projects.insert(project):
             return project
         existing = await repos.projects.get(workspace_id, project.section_key)
@@ -115,16 +115,16 @@ async def add_project(
             metadata={"section_key": project.section_key},
         )
 
-    return await transactions.run(ctx.database, command)
+    return await ctx.transact(command)
 
 
 async def list_projects(ctx: HostContext, workspace_id: str) -> list[ProjectRecord]:
     """The workspace's projects ordered by label, then key."""
 
-    async def query(repos: transactions.HostRepositories) -> list[ProjectRecord]:
+    async def query(repos: HostTransaction) -> list[ProjectRecord]:
         return await repos.projects.in_workspace(workspace_id)
 
-    return await transactions.run(ctx.database, query, write=False)
+    return await ctx.transact(query, write=False)
 
 
 def project_containing(projects: list[ProjectRecord], cwd: str) -> ProjectRecord | None:

@@ -27,7 +27,7 @@ from services.host.model.records import (
     SettingsCatalog,
     Subagent,
 )
-from services.host.repository import transactions
+from services.host.repository.unit_of_work import HostTransaction
 
 __all__ = [
     "LOCALITIES",
@@ -197,7 +197,7 @@ async def register_target(
     validate_target(target)
     now = ctx.clock()
 
-    async def command(repos: transactions.HostRepositories) -> tuple[AgentTargetRecord, bool]:
+    async def command(repos: HostTransaction) -> tuple[AgentTargetRecord, bool]:
         existing = await repos.targets.get(target.agent_target_id, for_update=True)
         if existing is None:
             stored = replace(target, created_at_unix_ms=now, updated_at_unix_ms=now)
@@ -219,7 +219,7 @@ async def register_target(
         await repos.targets.update(stored)
         return stored, False
 
-    return await transactions.run(ctx.database, command)
+    return await ctx.transact(command)
 
 
 async def list_targets(
@@ -227,10 +227,10 @@ async def list_targets(
 ) -> list[AgentTargetRecord]:
     """Targets ordered by id, optionally with the disabled ones and for one provider only."""
 
-    async def query(repos: transactions.HostRepositories) -> list[AgentTargetRecord]:
+    async def query(repos: HostTransaction) -> list[AgentTargetRecord]:
         return await repos.targets.matching(include_disabled=include_disabled, provider=provider)
 
-    return await transactions.run(ctx.database, query, write=False)
+    return await ctx.transact(query, write=False)
 
 
 async def set_target_enabled(
@@ -246,7 +246,7 @@ async def set_target_enabled(
         raise InvalidArgument.for_field("agent_target_id", "is required")
     now = ctx.clock()
 
-    async def command(repos: transactions.HostRepositories) -> AgentTargetRecord:
+    async def command(repos: HostTransaction) -> AgentTargetRecord:
         existing = await repos.targets.get(agent_target_id, for_update=True)
         if existing is None:
             raise target_not_found(agent_target_id)
@@ -256,7 +256,7 @@ async def set_target_enabled(
         await repos.targets.update(stored)
         return stored
 
-    return await transactions.run(ctx.database, command)
+    return await ctx.transact(command)
 
 
 def target_not_found(agent_target_id: str) -> NotFound:

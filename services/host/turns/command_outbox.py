@@ -16,23 +16,22 @@ import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from services.host.context import HostContext
-from services.host.repository.activity_scope import ActivityRepositories, activity_runner
 from services.host.repository.command_rows import ACKNOWLEDGED, SessionRoute
+from services.host.repository.row_views import CommandRow, SessionRow
+from services.host.repository.unit_of_work import HostTransaction
+from services.host.runtime.commands import RuntimeCommandValue
 from services.host.runtime.registry import CommandAck, OutboundCommand, RuntimeLinkHandle
-from store.models import RuntimeCommandOutbox, Session
 
 _log = logging.getLogger(__name__)
 
 
 def enqueue(
-    repos: ActivityRepositories,
+    repos: HostTransaction,
     ctx: HostContext,
-    session: Session,
-    kind: str,
-    payload: Mapping[str, Any],
+    session: SessionRow,
+    command: RuntimeCommandValue,
     *,
     operation_id: str | None = None,
 ) -> str:
@@ -40,31 +39,21 @@ def enqueue(
 
     Args:
         repos: The open transaction.
-        ctx: Host dependencies (clock, registry).
+        ctx: Host dependencies (clock, registry, the wire's command codec).
         session: The Session the command acts on.
-        kind: The ``RuntimeCommand.command`` oneof field name (``start_turn`` ...).
-        payload: The proto3-JSON form of that field.
+        command: The command; stored as the wire encodes it (``ctx.command_codec``).
         operation_id: The response operation the command delivers, when there is one.
 
     Returns:
         The new command id.
     """
-    now = ctx.clock()
     command_id = f"cmd-{uuid.uuid4()}"
-    repos.commands.add(
-        RuntimeCommandOutbox(
-            workspace_id=session.workspace_id,
-            session_id=session.session_id,
-            command_id=command_id,
-            command_kind=kind,
-            operation_id=operation_id,
-            payload_json=json.dumps(dict(payload), separators=(",", ":"), sort_keys=True),
-            state="pending",
-            attempts=0,
-            next_attempt_at_unix_ms=now,
-            created_at_unix_ms=now,
-            updated_at_unix_ms=now,
-        )
+    repos.commands.add_pending(
+        (session.workspace_id, session.session_id),
+        command_id,
+        ctx.command_codec.encode(command),
+        operation_id=operation_id,
+        now=ctx.clock(),
     )
     key = (session.workspace_id, session.session_id)
     if key not in repos.dispatching:
@@ -79,11 +68,10 @@ def enqueue(
 
 
 async def enqueue_many(
-    repos: ActivityRepositories,
+    repos: HostTransaction,
     ctx: HostContext,
     routes: Sequence[SessionRoute],
-    kind: str,
-    payload: Mapping[str, Any],
+    command: RuntimeCommandValue,
     *,
     now: int | None = None,
 ) -> list[str]:
@@ -96,10 +84,9 @@ async def enqueue_many(
 
     Args:
         repos: The open transaction.
-        ctx: Host dependencies (clock, registry).
+        ctx: Host dependencies (clock, registry, the wire's command codec).
         routes: The Sessions, one command each.
-        kind: The ``RuntimeCommand.command`` oneof field name.
-        payload: The proto3-JSON form of that field (the same for every Session).
+        command: The command (the same for every Session).
         now: The time of the causing fact (default: the clock).
 
     Returns:
@@ -107,27 +94,12 @@ async def enqueue_many(
     """
     if not routes:
         return []
-    if now is None:
-        now = ctx.clock()
-    encoded = json.dumps(dict(payload), separators=(",", ":"), sort_keys=True)
     command_ids = [f"cmd-{uuid.uuid4()}" for _ in routes]
-    await repos.commands.insert_many(
-        [
-            {
-                "workspace_id": route.workspace_id,
-                "session_id": route.session_id,
-                "command_id": command_id,
-                "command_kind": kind,
-                "operation_id": None,
-                "payload_json": encoded,
-                "state": "pending",
-                "attempts": 0,
-                "next_attempt_at_unix_ms": now,
-                "created_at_unix_ms": now,
-                "updated_at_unix_ms": now,
-            }
-            for route, command_id in zip(routes, command_ids, strict=True)
-        ]
+    await repos.commands.insert_pending(
+        [(route.workspace_id, route.session_id) for route in routes],
+        command_ids,
+        ctx.command_codec.encode(command),
+        now=ctx.clock() if now is None else now,
     )
     # Sessions already dispatched by this transaction (an enqueue() of theirs ran) are left
     # to that participant, which reads all of their pending rows, these included.
@@ -159,7 +131,7 @@ def _by_link(
 
 
 async def _mark_routes(
-    repos: ActivityRepositories,
+    repos: HostTransaction,
     ctx: HostContext,
     served: Mapping[RuntimeLinkHandle, Sequence[SessionRoute]],
 ) -> list[tuple[RuntimeLinkHandle, OutboundCommand]]:
@@ -175,7 +147,7 @@ async def _mark_routes(
 
 
 async def _dispatch_many_with_commit(
-    repos: ActivityRepositories, ctx: HostContext, routes: Sequence[SessionRoute]
+    repos: HostTransaction, ctx: HostContext, routes: Sequence[SessionRoute]
 ) -> None:
     """:func:`_dispatch_with_commit` for many Sessions: one read per link and workspace."""
     served, unserved = _by_link(ctx, routes)
@@ -208,17 +180,17 @@ async def dispatch_routes(ctx: HostContext, routes: Sequence[SessionRoute]) -> i
     if not served:
         return 0
 
-    async def run(repos: ActivityRepositories) -> list[tuple[RuntimeLinkHandle, OutboundCommand]]:
+    async def run(repos: HostTransaction) -> list[tuple[RuntimeLinkHandle, OutboundCommand]]:
         return await _mark_routes(repos, ctx, served)
 
-    sends = await activity_runner(ctx.database.engine).run(run)
+    sends = await ctx.transact(run)
     for link, command in sends:
         link.send(command)
     return len(sends)
 
 
 async def _dispatch_with_commit(
-    repos: ActivityRepositories,
+    repos: HostTransaction,
     ctx: HostContext,
     key: tuple[str, str],
     target: tuple[str | None, str],
@@ -253,7 +225,7 @@ async def _dispatch_with_commit(
     repos.uow.after_commit(send_after_commit)
 
 
-def _outbound(row: RuntimeCommandOutbox) -> OutboundCommand:
+def _outbound(row: CommandRow) -> OutboundCommand:
     return OutboundCommand(
         command_id=row.command_id,
         workspace_id=row.workspace_id,
@@ -271,8 +243,8 @@ async def dispatch_session(ctx: HostContext, workspace_id: str, session_id: str)
         How many commands were handed to a link (0 when no runtime serves the Session).
     """
 
-    async def run(repos: ActivityRepositories) -> list[tuple[RuntimeLinkHandle, OutboundCommand]]:
-        session = await repos.sessions.get(workspace_id, session_id)
+    async def run(repos: HostTransaction) -> list[tuple[RuntimeLinkHandle, OutboundCommand]]:
+        session = await repos.session_rows.get(workspace_id, session_id)
         if session is None:
             return []
         link = ctx.runtimes.link_for(workspace_id, session.agent_target_id, session.provider)
@@ -281,7 +253,7 @@ async def dispatch_session(ctx: HostContext, workspace_id: str, session_id: str)
         rows = await repos.commands.pending_of(workspace_id, [session_id])
         return [(link, await _mark_dispatched(repos, ctx, row)) for row in rows]
 
-    sent = await activity_runner(ctx.database.engine).run(run)
+    sent = await ctx.transact(run)
     for link, command in sent:
         link.send(command)
     return len(sent)
@@ -290,13 +262,13 @@ async def dispatch_session(ctx: HostContext, workspace_id: str, session_id: str)
 async def resend_unacknowledged(ctx: HostContext, link: RuntimeLinkHandle) -> int:
     """Give a (re)connected link every unacknowledged command of the Sessions it serves."""
 
-    async def run(repos: ActivityRepositories) -> list[OutboundCommand]:
+    async def run(repos: HostTransaction) -> list[OutboundCommand]:
         served: list[int] = []
         sessions: dict[tuple[str, str], bool] = {}
         for row in await repos.commands.unacknowledged():
             key = (row.workspace_id, row.session_id)
             if key not in sessions:
-                session = await repos.sessions.get(*key)
+                session = await repos.session_rows.get(*key)
                 sessions[key] = session is not None and link.identity.serves(
                     session.workspace_id, session.agent_target_id, session.provider
                 )
@@ -306,30 +278,33 @@ async def resend_unacknowledged(ctx: HostContext, link: RuntimeLinkHandle) -> in
         locked = await repos.commands.lock_open(served)
         return [await _mark_dispatched(repos, ctx, row) for row in locked]
 
-    commands = await activity_runner(ctx.database.engine).run(run)
+    commands = await ctx.transact(run)
     for command in commands:
         link.send(command)
     return len(commands)
 
 
 async def _mark_dispatched(
-    repos: ActivityRepositories, ctx: HostContext, row: RuntimeCommandOutbox
+    repos: HostTransaction, ctx: HostContext, row: CommandRow
 ) -> OutboundCommand:
     now = ctx.clock()
-    row.state = "dispatched"
-    row.attempts += 1
-    row.updated_at_unix_ms = now
+    repos.commands.update(
+        row, state="dispatched", attempts=row.attempts + 1, updated_at_unix_ms=now
+    )
     if row.operation_id is not None:
         # HOST-INT-3: the operation is ``pending`` until dispatched, then ``resolving``.
         operation = await repos.operations.get(row.workspace_id, row.operation_id)
         if operation is not None and operation.state == "pending":
-            operation.state = "resolving"
-            operation.attempts += 1
-            operation.updated_at_unix_ms = now
+            repos.operations.update(
+                operation,
+                state="resolving",
+                attempts=operation.attempts + 1,
+                updated_at_unix_ms=now,
+            )
     return _outbound(row)
 
 
-async def record_ack(repos: ActivityRepositories, ctx: HostContext, ack: CommandAck) -> None:
+async def record_ack(repos: HostTransaction, ctx: HostContext, ack: CommandAck) -> None:
     """Record a runtime's acknowledgement on its outbox row (in the open transaction).
 
     ``accepted`` completes the row; ``rejected`` (an explicit provider rejection) fails it
@@ -351,23 +326,22 @@ async def record_ack(repos: ActivityRepositories, ctx: HostContext, ack: Command
     if row.state in ACKNOWLEDGED:
         return
     now = ctx.clock()
-    row.updated_at_unix_ms = now
     if ack.status == "accepted":
-        row.state = "completed"
+        repos.commands.update(row, state="completed", updated_at_unix_ms=now)
     elif ack.status == "rejected":
-        row.state = "failed"
-        row.last_error = ack.reason or ack.message or "rejected"
+        error = ack.reason or ack.message or "rejected"
+        repos.commands.update(row, state="failed", last_error=error, updated_at_unix_ms=now)
         _log.info("runtime rejected command %s: %s", row.command_id, row.last_error)
     else:
-        row.state = "pending"
-        row.last_error = ack.reason or ack.message or "failed"
+        error = ack.reason or ack.message or "failed"
+        repos.commands.update(row, state="pending", last_error=error, updated_at_unix_ms=now)
     operation = None
     if row.operation_id is not None:
         operation = await repos.operations.get(row.workspace_id, row.operation_id)
         if operation is not None and operation.state != "completed" and ack.status == "failed":
-            operation.state = "pending"
-            operation.last_error = row.last_error
-            operation.updated_at_unix_ms = now
+            repos.operations.update(
+                operation, state="pending", last_error=row.last_error, updated_at_unix_ms=now
+            )
     if row.state in ACKNOWLEDGED:
         # A rejected apply_settings stays until its waiter settled it (withdraw_awaited): the
         # row left behind is how the waiter tells a rejection from an acceptance it missed.
@@ -395,7 +369,7 @@ class Withdrawal:
     detail: str | None = None
 
 
-async def withdraw_awaited(repos: ActivityRepositories, command_id: str) -> Withdrawal:
+async def withdraw_awaited(repos: HostTransaction, command_id: str) -> Withdrawal:
     """Settle an awaited command whose acknowledgement did not come in time (or the link closed).
 
     Runs against a racing acknowledgement: both lock the row (Postgres) or hold the write lock

@@ -24,9 +24,16 @@ from domainerrors import (
     NotFound,
 )
 from services.host.context import HostContext
-from services.host.repository.activity_scope import ActivityRepositories, activity_runner
+from services.host.model.records import InteractionRecord, SessionRecord
+from services.host.repository.row_records import (
+    OperationRecord,
+    interaction_record,
+    operation_record,
+)
+from services.host.repository.row_views import InteractionRow, SessionRow
+from services.host.repository.unit_of_work import HostTransaction
+from services.host.runtime.commands import DeliverInteractionResponse
 from services.host.turns import command_outbox
-from store.models import Interaction, InteractionResponseOperation, Session
 
 TERMINAL = frozenset({"answered", "superseded", "interrupted"})
 REPORTABLE = frozenset({"pending", "superseded"})
@@ -60,7 +67,7 @@ class TransitionOutcome:
     detail: str | None = None
 
 
-def _conflict(row: Interaction, item: TransitionInput) -> str | None:
+def _conflict(row: InteractionRow, item: TransitionInput) -> str | None:
     for name, stored, reported in (
         ("kind", row.kind, item.kind),
         ("tool_name", row.tool_name, item.tool_name),
@@ -73,7 +80,7 @@ def _conflict(row: Interaction, item: TransitionInput) -> str | None:
 
 
 async def persist_transition(
-    repos: ActivityRepositories, session: Session, item: TransitionInput, now: int
+    repos: HostTransaction, session: SessionRow, item: TransitionInput, now: int
 ) -> TransitionOutcome:
     """Persist one runtime transition by the full tuple (HOST-INT-2).
 
@@ -92,49 +99,43 @@ async def persist_transition(
         if item.status == "pending":
             # resolving -> pending would hand a claimed Interaction back: never.
             return TransitionOutcome("already_applied", stale=True)
-        row.status = item.status
-        row.version += 1
-        row.updated_at_unix_ms = now
+        repos.interactions.update(
+            row, status=item.status, version=row.version + 1, updated_at_unix_ms=now
+        )
         await _complete_operations(repos, row, item.status, now, detail="superseded by runtime")
         return TransitionOutcome("applied")
     stale = turn.phase == "settled" and item.status == "pending"
     repos.interactions.add(
-        Interaction(
-            workspace_id=ws,
-            session_id=sid,
-            turn_id=item.turn_id,
-            request_id=item.request_id,
-            kind=item.kind,
-            # A settled Turn cannot acquire a pending Interaction: the late report is kept
-            # as evidence, already superseded and never actionable.
-            status="superseded" if stale else item.status,
-            tool_name=item.tool_name,
-            input_json=item.input_json,
-            metadata_json=item.metadata_json,
-            title=item.title,
-            summary=item.summary,
-            options_json=item.options_json,
-            actionable=not stale and item.status == "pending",
-            version=1,
-            occurred_at_unix_ms=item.occurred_at_unix_ms or now,
-            created_at_unix_ms=now,
-            updated_at_unix_ms=now,
-        )
+        workspace_id=ws,
+        session_id=sid,
+        turn_id=item.turn_id,
+        request_id=item.request_id,
+        kind=item.kind,
+        # A settled Turn cannot acquire a pending Interaction: the late report is kept
+        # as evidence, already superseded and never actionable.
+        status="superseded" if stale else item.status,
+        tool_name=item.tool_name,
+        input_json=item.input_json,
+        metadata_json=item.metadata_json,
+        title=item.title,
+        summary=item.summary,
+        options_json=item.options_json,
+        actionable=not stale and item.status == "pending",
+        version=1,
+        occurred_at_unix_ms=item.occurred_at_unix_ms or now,
+        created_at_unix_ms=now,
+        updated_at_unix_ms=now,
     )
     return TransitionOutcome("applied", stale=stale)
 
 
 async def _complete_operations(
-    repos: ActivityRepositories, row: Interaction, disposition: str, now: int, *, detail: str
+    repos: HostTransaction, row: InteractionRow, disposition: str, now: int, *, detail: str
 ) -> None:
     for operation in await repos.operations.open_for_interaction(
         row.workspace_id, row.session_id, row.turn_id, row.request_id
     ):
-        operation.state = "completed"
-        operation.disposition = disposition
-        operation.completed_at_unix_ms = now
-        operation.updated_at_unix_ms = now
-        operation.last_error = detail
+        repos.operations.complete(operation, disposition, now, detail=detail)
 
 
 # ------------------------------------------------------------------ response operation
@@ -171,8 +172,8 @@ class ResponseRequest:
 class OperationView:
     """An operation with its Interaction's current state."""
 
-    operation: InteractionResponseOperation
-    interaction: Interaction | None
+    operation: OperationRecord
+    interaction: InteractionRecord | None
     replayed: bool = False
 
 
@@ -212,9 +213,8 @@ async def submit_response(ctx: HostContext, request: ResponseRequest) -> Operati
         FailedPrecondition: ``INTERACTION_NOT_ACTIONABLE``.
     """
     validate_response(request)
-    runner = activity_runner(ctx.database.engine)
 
-    async def run(repos: ActivityRepositories) -> tuple[str, bool]:
+    async def run(repos: HostTransaction) -> tuple[str, bool]:
         earlier = await repos.operations.by_key(request.workspace_id, request.idempotency_key)
         if earlier is not None:
             if earlier.request_fingerprint != request.fingerprint():
@@ -227,7 +227,7 @@ async def submit_response(ctx: HostContext, request: ResponseRequest) -> Operati
         session, row = await _actionable(repos, request)
         return _record_response(ctx, repos, session, row, request), False
 
-    operation_id, replayed = await runner.run(run)
+    operation_id, replayed = await ctx.transact(run)
     view = await get_operation(ctx, request.workspace_id, operation_id)
     deadline = time.monotonic() + min(request.wait_timeout_ms, MAX_WAIT_MS) / 1000
     while view.operation.state != "completed" and time.monotonic() < deadline:
@@ -239,8 +239,8 @@ async def submit_response(ctx: HostContext, request: ResponseRequest) -> Operati
 
 
 async def _actionable(
-    repos: ActivityRepositories, request: ResponseRequest
-) -> tuple[Session, Interaction]:
+    repos: HostTransaction, request: ResponseRequest
+) -> tuple[SessionRow, InteractionRow]:
     """The locked Session and the pending, actionable Interaction the response answers.
 
     Raises:
@@ -248,7 +248,7 @@ async def _actionable(
         FailedPrecondition: ``INTERACTION_NOT_ACTIONABLE``.
     """
     ws = request.workspace_id
-    session = await repos.sessions.get(ws, request.session_id, lock=True)
+    session = await repos.session_rows.get(ws, request.session_id, lock=True)
     row = await repos.interactions.get(ws, request.session_id, request.turn_id, request.request_id)
     if session is None or row is None:
         raise NotFound("Interaction not found", reason="INTERACTION_NOT_FOUND")
@@ -264,62 +264,53 @@ async def _actionable(
 
 def _record_response(
     ctx: HostContext,
-    repos: ActivityRepositories,
-    session: Session,
-    row: Interaction,
+    repos: HostTransaction,
+    session: SessionRow,
+    row: InteractionRow,
     request: ResponseRequest,
 ) -> str:
     """Add the operation, mark the Interaction ``resolving`` and queue the delivery command."""
     now = ctx.clock()
     operation_id = f"op-{uuid.uuid4()}"
     repos.operations.add(
-        InteractionResponseOperation(
-            workspace_id=request.workspace_id,
-            operation_id=operation_id,
-            idempotency_key=request.idempotency_key,
-            session_id=request.session_id,
-            turn_id=request.turn_id,
-            request_id=request.request_id,
-            request_fingerprint=request.fingerprint(),
-            action=request.action,
-            option_id=request.option_id,
-            answer_json=request.payload_json,
-            state="pending",
-            attempts=0,
-            created_at_unix_ms=now,
-            updated_at_unix_ms=now,
-        )
-    )
-    row.status = "resolving"
-    row.answer_json = json.dumps(
-        {
-            "action": request.action,
-            "option_id": request.option_id,
-            "payload_json": request.payload_json,
-            "answered_at_unix_ms": now,
-            "claim": "answered",
-        }
-    )
-    row.version += 1
-    row.updated_at_unix_ms = now
-    payload: dict[str, object] = {
-        "operationId": operation_id,
-        "turnId": request.turn_id,
-        "requestId": request.request_id,
-        "action": request.action,
-    }
-    if request.option_id is not None:
-        payload["optionId"] = request.option_id
-    if request.payload_json is not None:
-        payload["payloadJson"] = request.payload_json
-    command_outbox.enqueue(
-        repos,
-        ctx,
-        session,
-        "deliver_interaction_response",
-        payload,
+        workspace_id=request.workspace_id,
         operation_id=operation_id,
+        idempotency_key=request.idempotency_key,
+        session_id=request.session_id,
+        turn_id=request.turn_id,
+        request_id=request.request_id,
+        request_fingerprint=request.fingerprint(),
+        action=request.action,
+        option_id=request.option_id,
+        answer_json=request.payload_json,
+        state="pending",
+        attempts=0,
+        created_at_unix_ms=now,
+        updated_at_unix_ms=now,
     )
+    answer = {
+        "action": request.action,
+        "option_id": request.option_id,
+        "payload_json": request.payload_json,
+        "answered_at_unix_ms": now,
+        "claim": "answered",
+    }
+    repos.interactions.update(
+        row,
+        status="resolving",
+        answer_json=json.dumps(answer),
+        version=row.version + 1,
+        updated_at_unix_ms=now,
+    )
+    command = DeliverInteractionResponse(
+        operation_id=operation_id,
+        turn_id=request.turn_id,
+        request_id=request.request_id,
+        action=request.action,
+        option_id=request.option_id,
+        payload_json=request.payload_json,
+    )
+    command_outbox.enqueue(repos, ctx, session, command, operation_id=operation_id)
     return operation_id
 
 
@@ -330,16 +321,19 @@ async def get_operation(ctx: HostContext, workspace_id: str, operation_id: str) 
         NotFound: ``OPERATION_NOT_FOUND``.
     """
 
-    async def run(repos: ActivityRepositories) -> OperationView:
+    async def run(repos: HostTransaction) -> OperationView:
         operation = await repos.operations.get(workspace_id, operation_id)
         if operation is None:
             raise NotFound(f"operation {operation_id!r} not found", reason="OPERATION_NOT_FOUND")
         interaction = await repos.interactions.get(
             workspace_id, operation.session_id, operation.turn_id, operation.request_id
         )
-        return OperationView(operation, interaction)
+        return OperationView(
+            operation_record(operation),
+            None if interaction is None else interaction_record(interaction),
+        )
 
-    return await activity_runner(ctx.database.engine).run(run, write=False)
+    return await ctx.transact(run, write=False)
 
 
 @dataclass(frozen=True)
@@ -355,7 +349,7 @@ class DispositionInput:
 
 
 async def apply_disposition(
-    repos: ActivityRepositories, session: Session, item: DispositionInput, now: int
+    repos: HostTransaction, session: SessionRow, item: DispositionInput, now: int
 ) -> TransitionOutcome:
     """Record the runtime's disposition of an Interaction operation (HOST-INT-3).
 
@@ -373,33 +367,42 @@ async def apply_disposition(
     if operation.state == "completed":
         same = operation.disposition == item.disposition
         return TransitionOutcome("already_applied", stale=not same)
-    operation.updated_at_unix_ms = now
     if item.disposition == "resolving":
         changed = operation.state != "resolving"
-        operation.state = "resolving"
+        repos.operations.update(operation, state="resolving", updated_at_unix_ms=now)
         return TransitionOutcome("applied" if changed else "already_applied")
     if item.disposition == "pending":
         # The provider still waits for an answer: release the claim so the durable
         # operation re-dispatches (the Interaction stays claimed, never back to pending).
-        operation.state = "pending"
-        operation.last_error = item.detail or "runtime reported pending"
+        repos.operations.update(
+            operation,
+            state="pending",
+            last_error=item.detail or "runtime reported pending",
+            updated_at_unix_ms=now,
+        )
         if item.command_id:
             command = await repos.commands.get(session.workspace_id, item.command_id)
             if command is not None:
-                command.state = "pending"
-                command.updated_at_unix_ms = now
+                repos.commands.update(command, state="pending", updated_at_unix_ms=now)
         return TransitionOutcome("applied")
-    operation.state = "completed"
-    operation.disposition = item.disposition
-    operation.completed_at_unix_ms = now
-    operation.last_error = item.detail
+    repos.operations.update(
+        operation,
+        state="completed",
+        disposition=item.disposition,
+        completed_at_unix_ms=now,
+        updated_at_unix_ms=now,
+        last_error=item.detail,
+    )
     interaction = await repos.interactions.get(
         session.workspace_id, session.session_id, item.turn_id, item.request_id
     )
     if interaction is not None and interaction.status not in TERMINAL:
-        interaction.status = item.disposition
-        interaction.version += 1
-        interaction.updated_at_unix_ms = now
+        repos.interactions.update(
+            interaction,
+            status=item.disposition,
+            version=interaction.version + 1,
+            updated_at_unix_ms=now,
+        )
     return TransitionOutcome("applied")
 
 
@@ -410,15 +413,15 @@ async def apply_disposition(
 class AttentionEntry:
     """One actionable target (HOST-INT-4)."""
 
-    interaction: Interaction
-    session: Session
+    interaction: InteractionRecord
+    session: SessionRecord
 
 
 async def list_attention(ctx: HostContext, workspace_id: str) -> list[AttentionEntry]:
     """Every actionable pending Interaction of the workspace, oldest first."""
 
-    async def run(repos: ActivityRepositories) -> list[AttentionEntry]:
+    async def run(repos: HostTransaction) -> list[AttentionEntry]:
         rows = await repos.interactions.attention(workspace_id)
         return [AttentionEntry(interaction, session) for interaction, session in rows]
 
-    return await activity_runner(ctx.database.engine).run(run, write=False)
+    return await ctx.transact(run, write=False)

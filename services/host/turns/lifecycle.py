@@ -23,9 +23,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from services.host.repository.activity_scope import ActivityRepositories
+from services.host.repository.row_views import SessionRow, TurnRow
 from services.host.repository.turn_rows import ACTIVE_PHASES
-from store.models import Session, Turn
+from services.host.repository.unit_of_work import HostTransaction
 
 PHASE_RANK = {"queued": 0, "running": 1, "awaiting_interaction": 1, "settled": 2}
 """``running`` and ``awaiting_interaction`` share a rank: they may alternate."""
@@ -50,12 +50,12 @@ class PhaseChange:
     stale: bool = False
 
 
-def is_active(turn: Turn) -> bool:
+def is_active(turn: TurnRow) -> bool:
     """Whether the Turn is before ``settled``."""
     return turn.phase in ACTIVE_PHASES
 
 
-def advance_phase(turn: Turn, phase: str, now: int) -> PhaseChange:
+def advance_phase(repos: HostTransaction, turn: TurnRow, phase: str, now: int) -> PhaseChange:
     """Move a Turn to a non-terminal ``phase`` if that is forward (never backwards).
 
     A settled Turn or a backwards move is a stale replay and changes nothing.
@@ -64,11 +64,16 @@ def advance_phase(turn: Turn, phase: str, now: int) -> PhaseChange:
         return PhaseChange(changed=False)
     if turn.phase == "settled" or PHASE_RANK[phase] < PHASE_RANK[turn.phase]:
         return PhaseChange(changed=False, stale=True)
-    turn.phase = phase
-    if phase in ("running", "awaiting_interaction") and turn.started_at_unix_ms is None:
-        turn.started_at_unix_ms = now
-    turn.version += 1
-    turn.updated_at_unix_ms = now
+    started = turn.started_at_unix_ms
+    if phase in ("running", "awaiting_interaction") and started is None:
+        started = now
+    repos.turns.update(
+        turn,
+        phase=phase,
+        started_at_unix_ms=started,
+        version=turn.version + 1,
+        updated_at_unix_ms=now,
+    )
     return PhaseChange(changed=True)
 
 
@@ -113,7 +118,7 @@ class DeferredSettlement:
         )
 
 
-def deferred_settlement(turn: Turn) -> DeferredSettlement | None:
+def deferred_settlement(turn: TurnRow) -> DeferredSettlement | None:
     """The settlement recorded for an active root Turn, if any."""
     if turn.deferred_settlement_json is None:
         return None
@@ -121,9 +126,9 @@ def deferred_settlement(turn: Turn) -> DeferredSettlement | None:
 
 
 async def settle_when_children_done(
-    repos: ActivityRepositories,
-    session: Session,
-    turn: Turn,
+    repos: HostTransaction,
+    session: SessionRow,
+    turn: TurnRow,
     outcome: str,
     now: int,
     *,
@@ -145,21 +150,25 @@ async def settle_when_children_done(
     result = await repos.messages.latest_assistant_text(
         turn.workspace_id, turn.session_id, turn.turn_id
     )
-    turn.deferred_settlement_json = DeferredSettlement(
+    recorded = DeferredSettlement(
         outcome=outcome,
         failure_message=failure_message if outcome == "failed" else None,
         result_message_id=result.message_id if result is not None else None,
         reported_at_unix_ms=now,
-    ).to_json()
-    turn.version += 1
-    turn.updated_at_unix_ms = now
+    )
+    repos.turns.update(
+        turn,
+        deferred_settlement_json=recorded.to_json(),
+        version=turn.version + 1,
+        updated_at_unix_ms=now,
+    )
     return PhaseChange(changed=True)
 
 
 async def settle(
-    repos: ActivityRepositories,
-    session: Session,
-    turn: Turn,
+    repos: HostTransaction,
+    session: SessionRow,
+    turn: TurnRow,
     outcome: str,
     now: int,
     *,
@@ -181,7 +190,9 @@ async def settle(
         return PhaseChange(changed=False, stale=turn.outcome != outcome)
     child_outcome = outcome if outcome in ("canceled", "interrupted") else "canceled"
     for child in await repos.turns.active_children(turn.workspace_id, turn.turn_id):
-        child_session = await repos.sessions.get(child.workspace_id, child.session_id, lock=True)
+        child_session = await repos.session_rows.get(
+            child.workspace_id, child.session_id, lock=True
+        )
         if child_session is not None:
             await settle(repos, child_session, child, child_outcome, now, release_root=False)
     recorded = deferred_settlement(turn)
@@ -192,19 +203,25 @@ async def settle(
             turn.workspace_id, turn.session_id, turn.turn_id
         )
         result_message_id = result.message_id if result is not None else None
-    turn.phase = "settled"
-    turn.outcome = outcome
-    turn.settled_at_unix_ms = now
-    turn.updated_at_unix_ms = now
-    turn.version += 1
-    turn.result_message_id = result_message_id
-    turn.result_resolved_empty = result_message_id is None
-    turn.deferred_settlement_json = None
-    if outcome == "failed" and failure_message:
-        turn.failure_message = failure_message
-    if session.active_turn_id == turn.turn_id:
-        session.active_turn_id = None
-    session.updated_at_unix_ms = max(session.updated_at_unix_ms, now)
+    repos.turns.update(
+        turn,
+        phase="settled",
+        outcome=outcome,
+        settled_at_unix_ms=now,
+        updated_at_unix_ms=now,
+        version=turn.version + 1,
+        result_message_id=result_message_id,
+        result_resolved_empty=result_message_id is None,
+        deferred_settlement_json=None,
+        failure_message=(
+            failure_message if outcome == "failed" and failure_message else turn.failure_message
+        ),
+    )
+    repos.session_rows.update(
+        session,
+        active_turn_id=None if session.active_turn_id == turn.turn_id else session.active_turn_id,
+        updated_at_unix_ms=max(session.updated_at_unix_ms, now),
+    )
     status = open_interactions_become or _OPEN_INTERACTIONS_ON_SETTLE[outcome]
     await close_open_interactions(repos, turn, status, now)
     if release_root and turn.root_turn_id is not None and turn.root_turn_id != turn.turn_id:
@@ -213,11 +230,13 @@ async def settle(
 
 
 async def _release_root(
-    repos: ActivityRepositories, child_session: Session, root_turn_id: str, now: int
+    repos: HostTransaction, child_session: SessionRow, root_turn_id: str, now: int
 ) -> None:
     """Settle a deferred root Turn whose last active child just settled (HOST-TURN-6)."""
     workspace_id = child_session.workspace_id
-    root_session = await repos.sessions.get(workspace_id, child_session.root_session_id, lock=True)
+    root_session = await repos.session_rows.get(
+        workspace_id, child_session.root_session_id, lock=True
+    )
     if root_session is None:
         return
     root = await repos.turns.get(workspace_id, root_session.session_id, root_turn_id)
@@ -237,22 +256,22 @@ async def _release_root(
 
 
 async def close_open_interactions(
-    repos: ActivityRepositories, turn: Turn, status: str, now: int
+    repos: HostTransaction, turn: TurnRow, status: str, now: int
 ) -> None:
     """Terminalize the Turn's pending and resolving Interactions and their operations."""
     for interaction in await repos.interactions.open_for_turn(
         turn.workspace_id, turn.session_id, turn.turn_id
     ):
-        interaction.status = status
-        interaction.version += 1
-        interaction.updated_at_unix_ms = now
+        repos.interactions.update(
+            interaction,
+            status=status,
+            version=interaction.version + 1,
+            updated_at_unix_ms=now,
+        )
         for operation in await repos.operations.open_for_interaction(
             interaction.workspace_id,
             interaction.session_id,
             interaction.turn_id,
             interaction.request_id,
         ):
-            operation.state = "completed"
-            operation.disposition = status
-            operation.completed_at_unix_ms = now
-            operation.updated_at_unix_ms = now
+            repos.operations.complete(operation, status, now)

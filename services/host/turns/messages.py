@@ -13,8 +13,9 @@ from domainerrors import InvalidArgument
 from services.host.context import HostContext
 from services.host.model.cursor_bounds import parse_cursor_argument
 from services.host.model.session_rules import session_not_found
-from services.host.repository.activity_scope import ActivityRepositories, activity_runner
-from store.models import Message, Session
+from services.host.repository.row_records import MessageRecord
+from services.host.repository.row_views import MessageRow, SessionRow
+from services.host.repository.unit_of_work import HostTransaction
 
 DEFAULT_MESSAGE_PAGE = 200
 MAX_MESSAGE_PAGE = 1000
@@ -36,7 +37,7 @@ def user_visible(role: str, kind: str) -> bool:
 class MessagePage:
     """A page of messages and the Session's high-water version."""
 
-    messages: list[Message]
+    messages: list[MessageRecord]
     latest_version: int
     has_more: bool
 
@@ -65,8 +66,8 @@ async def list_messages(
         raise InvalidArgument.for_field("limit", "must not be negative")
     size = min(limit or DEFAULT_MESSAGE_PAGE, MAX_MESSAGE_PAGE)
 
-    async def run(repos: ActivityRepositories) -> MessagePage:
-        session = await repos.sessions.get(workspace_id, session_id)
+    async def run(repos: HostTransaction) -> MessagePage:
+        session = await repos.session_rows.get(workspace_id, session_id)
         if session is None:
             raise session_not_found(workspace_id, session_id)
         rows = await repos.messages.page(
@@ -79,7 +80,7 @@ async def list_messages(
         )
         return MessagePage(rows[:size], session.message_version, len(rows) > size)
 
-    return await activity_runner(ctx.database.engine).run(run, write=False)
+    return await ctx.transact(run, write=False)
 
 
 @dataclass(frozen=True)
@@ -87,12 +88,12 @@ class SnapshotWrite:
     """What writing a snapshot did: ``changed`` false for an exact replay."""
 
     changed: bool
-    message: Message
+    message: MessageRow
 
 
 async def write_snapshot(
-    repos: ActivityRepositories,
-    session: Session,
+    repos: HostTransaction,
+    session: SessionRow,
     *,
     message_id: str,
     turn_id: str | None,
@@ -111,17 +112,20 @@ async def write_snapshot(
             and existing.role == role
         ):
             return SnapshotWrite(False, existing)
-        existing.payload_json = payload_json
-        existing.kind = kind
-        existing.role = role
-        existing.user_visible_assistant_response = user_visible(role, kind)
-        existing.version = repos.sessions.next_message_version(session)
-        existing.occurred_at_unix_ms = occurred_at_unix_ms
-        existing.updated_at_unix_ms = now
-        session.updated_at_unix_ms = max(session.updated_at_unix_ms, now)
+        repos.messages.update(
+            existing,
+            payload_json=payload_json,
+            kind=kind,
+            role=role,
+            user_visible_assistant_response=user_visible(role, kind),
+            version=repos.session_rows.next_message_version(session),
+            occurred_at_unix_ms=occurred_at_unix_ms,
+            updated_at_unix_ms=now,
+        )
+        repos.session_rows.update(session, updated_at_unix_ms=max(session.updated_at_unix_ms, now))
         return SnapshotWrite(True, existing)
-    sequence, version = repos.sessions.next_message_cursor(session)
-    message = Message(
+    sequence, version = repos.session_rows.next_message_cursor(session)
+    message = repos.messages.add(
         workspace_id=session.workspace_id,
         session_id=session.session_id,
         message_id=message_id,
@@ -136,6 +140,5 @@ async def write_snapshot(
         payload_json=payload_json,
         user_visible_assistant_response=user_visible(role, kind),
     )
-    repos.messages.add(message)
-    session.updated_at_unix_ms = max(session.updated_at_unix_ms, now)
+    repos.session_rows.update(session, updated_at_unix_ms=max(session.updated_at_unix_ms, now))
     return SnapshotWrite(True, message)

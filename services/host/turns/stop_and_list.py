@@ -13,11 +13,14 @@ from dataclasses import dataclass
 from domainerrors import InvalidArgument, NotFound
 from services.host.context import HostContext
 from services.host.model.listing_cursors import CursorPosition, decode_cursor, encode_cursor
+from services.host.model.records import TurnRecord
 from services.host.model.session_rules import session_not_found
-from services.host.repository.activity_scope import ActivityRepositories, activity_runner
+from services.host.repository.row_records import MessageRecord, message_record, turn_record
+from services.host.repository.row_views import MessageRow, TurnRow
+from services.host.repository.unit_of_work import HostTransaction
+from services.host.runtime.commands import StopTurn
 from services.host.turns import command_outbox, lifecycle
 from services.host.turns.submission import restored_input, user_message_id
-from store.models import Message, Turn
 
 DEFAULT_TURN_PAGE = 200
 MAX_TURN_PAGE = 1000
@@ -27,9 +30,9 @@ MAX_TURN_PAGE = 1000
 class StopResult:
     """The stopped (or already settled) Turn and its user row."""
 
-    turn: Turn
+    turn: TurnRecord
     already_settled: bool
-    user_message: Message | None
+    user_message: MessageRecord | None
 
     @property
     def restored_input(self) -> str | None:
@@ -47,35 +50,38 @@ async def stop_turn(
     """
     if not turn_id:
         raise InvalidArgument.for_field("turn_id", "is required")
-    runner = activity_runner(ctx.database.engine)
 
-    async def run(repos: ActivityRepositories) -> StopResult:
-        session = await repos.sessions.lock_with_root(workspace_id, session_id)
+    async def run(repos: HostTransaction) -> StopResult:
+        session = await repos.session_rows.lock_with_root(workspace_id, session_id)
         turn = await repos.turns.get(workspace_id, session_id, turn_id)
         if session is None or turn is None:
             raise NotFound(f"Turn {turn_id!r} not found", reason="TURN_NOT_FOUND")
         user_message = await _user_row(repos, turn)
         if turn.phase == "settled":
-            return StopResult(turn, True, user_message)
+            return _stopped(turn, True, user_message)
         now = ctx.clock()
         for child in await repos.turns.active_children(workspace_id, turn_id):
-            child_session = await repos.sessions.get(workspace_id, child.session_id, lock=True)
+            child_session = await repos.session_rows.get(workspace_id, child.session_id, lock=True)
             if child_session is not None:
                 await lifecycle.settle(
                     repos, child_session, child, "canceled", now, release_root=False
                 )
-                command_outbox.enqueue(
-                    repos, ctx, child_session, "stop_turn", {"turnId": child.turn_id}
-                )
+                command_outbox.enqueue(repos, ctx, child_session, StopTurn(child.turn_id))
         await lifecycle.settle(repos, session, turn, "canceled", now)
-        command_outbox.enqueue(repos, ctx, session, "stop_turn", {"turnId": turn.turn_id})
-        return StopResult(turn, False, user_message)
+        command_outbox.enqueue(repos, ctx, session, StopTurn(turn.turn_id))
+        return _stopped(turn, False, user_message)
 
     async with ctx.lanes.hold(workspace_id, session_id):
-        return await runner.run(run)
+        return await ctx.transact(run)
 
 
-async def _user_row(repos: ActivityRepositories, turn: Turn) -> Message | None:
+def _stopped(turn: TurnRow, already_settled: bool, user_message: MessageRow | None) -> StopResult:
+    """The result as records (the rows are final: the stop wrote everything it changes)."""
+    message = None if user_message is None else message_record(user_message)
+    return StopResult(turn_record(turn), already_settled, message)
+
+
+async def _user_row(repos: HostTransaction, turn: TurnRow) -> MessageRow | None:
     if turn.client_submit_id is None:
         return None
     return await repos.messages.get(
@@ -87,7 +93,7 @@ async def _user_row(repos: ActivityRepositories, turn: Turn) -> Message | None:
 class TurnPage:
     """One page of a Session's Turns in creation order."""
 
-    turns: list[Turn]
+    turns: list[TurnRecord]
     next_cursor: str
 
 
@@ -96,7 +102,7 @@ def _listing(session_id: str) -> str:
     return f"session-turns/{session_id}"
 
 
-def _encode_cursor(workspace_id: str, session_id: str, turn: Turn) -> str:
+def _encode_cursor(workspace_id: str, session_id: str, turn: TurnRecord) -> str:
     # The shared value-cursor codec; its position is the listing's (time, id) sort key,
     # here (created_at_unix_ms, turn_id).
     position = CursorPosition(turn.created_at_unix_ms, turn.turn_id)
@@ -128,8 +134,8 @@ async def list_turns(
     size = min(limit or DEFAULT_TURN_PAGE, MAX_TURN_PAGE)
     after = _decode_cursor(cursor, workspace_id, session_id) if cursor else None
 
-    async def run(repos: ActivityRepositories) -> TurnPage:
-        if await repos.sessions.get(workspace_id, session_id) is None:
+    async def run(repos: HostTransaction) -> TurnPage:
+        if await repos.session_rows.get(workspace_id, session_id) is None:
             raise session_not_found(workspace_id, session_id)
         rows = await repos.turns.page(
             workspace_id,
@@ -143,4 +149,4 @@ async def list_turns(
         next_cursor = _encode_cursor(workspace_id, session_id, rows[-1]) if more else ""
         return TurnPage(rows, next_cursor)
 
-    return await activity_runner(ctx.database.engine).run(run, write=False)
+    return await ctx.transact(run, write=False)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,27 +31,40 @@ from domainerrors import (
     Unavailable,
 )
 from services.host.context import HostContext
-from services.host.model.records import Capabilities, SessionSettingsValue, json_object
+from services.host.model.records import (
+    Capabilities,
+    SessionRecord,
+    SessionSettingsValue,
+    TurnRecord,
+    json_object,
+)
 from services.host.model.session_rules import session_not_found
-from services.host.repository.activity_scope import ActivityRepositories, activity_runner
+from services.host.repository.row_records import (
+    MessageRecord,
+    message_record,
+    session_record,
+    turn_record,
+)
+from services.host.repository.row_views import MessageRow, SessionRow, TurnRow
+from services.host.repository.unit_of_work import HostTransaction
+from services.host.runtime.commands import (
+    Guidance,
+    InterruptReason,
+    InterruptTurn,
+    RuntimeSessionContext,
+    StartTurn,
+)
 from services.host.turns import command_outbox, lifecycle, mentions
 from services.host.turns.reference_metadata import (
     ReferenceMeta,
     encode_references,
-    reference_to_json,
+    validate_references,
 )
-from store.models import Message, Session, Turn
 
 DELIVERIES = ("new_turn", "guidance", "interrupt")
 MAX_CONTENT_CHARS = 1_048_576
 MAX_SUBMIT_ID_CHARS = 256
 RUNTIME_RETRY_SECONDS = 5.0
-
-_MODE_ENUM = {
-    "agent": "COMPOSER_MODE_AGENT",
-    "plan": "COMPOSER_MODE_PLAN",
-    "goal": "COMPOSER_MODE_GOAL",
-}
 
 
 def user_message_id(client_submit_id: str) -> str:
@@ -87,11 +100,11 @@ class Submission:
 
 @dataclass(frozen=True)
 class SubmitResult:
-    """What ``SendInput`` returns: the authoritative rows after the submission."""
+    """What ``SendInput`` returns: the authoritative records after the submission."""
 
-    turn: Turn
-    user_message: Message
-    session: Session
+    turn: TurnRecord
+    user_message: MessageRecord
+    session: SessionRecord
     replayed: bool
     interrupted_turn_id: str | None = None
 
@@ -106,8 +119,10 @@ def validate(submission: Submission, *, field_prefix: str = "", rpc: str = "Send
         rpc: the RPC named in the error message.
 
     Raises:
-        InvalidArgument: with one violation per bad field.
+        InvalidArgument: reason ``INVALID_REFERENCES`` for malformed references (checked
+            first), else with one violation per bad field.
     """
+    validate_references(submission.references, field=f"{field_prefix}references")
     violations: list[FieldViolation] = []
 
     def bad(name: str, description: str) -> None:
@@ -144,17 +159,16 @@ async def send_input(ctx: HostContext, submission: Submission) -> SubmitResult:
     row lock on Postgres) keeps that true across processes too.
     """
     validate(submission)
-    runner = activity_runner(ctx.database.engine)
     async with ctx.lanes.hold(submission.workspace_id, submission.session_id):
-        stored = await runner.run(lambda repos: persist_submission(ctx, repos, submission))
+        stored = await ctx.transact(lambda repos: persist_submission(ctx, repos, submission))
         replayed, interrupted = stored
-        return await runner.run(
+        return await ctx.transact(
             lambda repos: read_back(repos, submission, replayed, interrupted), write=False
         )
 
 
 async def read_back(
-    repos: ActivityRepositories,
+    repos: HostTransaction,
     submission: Submission,
     replayed: bool,
     interrupted: str | None,
@@ -162,7 +176,7 @@ async def read_back(
     """Read the submission back through its durable identity (HOST-TURN-1)."""
     ws, sid = submission.workspace_id, submission.session_id
     message = await repos.messages.get(ws, sid, user_message_id(submission.client_submit_id))
-    session = await repos.sessions.get(ws, sid)
+    session = await repos.session_rows.get(ws, sid)
     turn = None
     if message is not None and message.turn_id is not None:
         if submission.delivery == "guidance":
@@ -175,11 +189,13 @@ async def read_back(
             reason="SUBMIT_NOT_DURABLE",
             retry_after_seconds=1.0,
         )
-    return SubmitResult(turn, message, session, replayed, interrupted)
+    return SubmitResult(
+        turn_record(turn), message_record(message), session_record(session), replayed, interrupted
+    )
 
 
 async def persist_submission(
-    ctx: HostContext, repos: ActivityRepositories, submission: Submission
+    ctx: HostContext, repos: HostTransaction, submission: Submission
 ) -> tuple[bool, str | None]:
     """Write a validated submission in the open transaction (the caller holds the lane).
 
@@ -194,7 +210,7 @@ async def persist_submission(
             nothing of the transaction commits.
     """
     ws, sid = submission.workspace_id, submission.session_id
-    session = await repos.sessions.lock_with_root(ws, sid)
+    session = await repos.session_rows.lock_with_root(ws, sid)
     if session is None or session.deleted_at_unix_ms is not None:
         raise session_not_found(ws, sid)
     existing = await repos.messages.get(ws, sid, user_message_id(submission.client_submit_id))
@@ -225,11 +241,7 @@ async def persist_submission(
         # runtime loss, HOST-TURN-5).
         await lifecycle.settle(repos, session, active, "canceled", now)
         command_outbox.enqueue(
-            repos,
-            ctx,
-            session,
-            "interrupt_turn",
-            {"turnId": active.turn_id, "reason": "INTERRUPT_REASON_DELIVERY"},
+            repos, ctx, session, InterruptTurn(active.turn_id, InterruptReason.DELIVERY)
         )
         interrupted = active.turn_id
     await _start_turn(ctx, repos, session, submission, rewrite, now)
@@ -237,7 +249,7 @@ async def persist_submission(
 
 
 async def _check_deliverable(
-    ctx: HostContext, repos: ActivityRepositories, session: Session, submission: Submission
+    ctx: HostContext, repos: HostTransaction, session: SessionRow, submission: Submission
 ) -> None:
     """Refuse a submission no enabled target and connected runtime can take.
 
@@ -248,7 +260,7 @@ async def _check_deliverable(
     ws = session.workspace_id
     capabilities = Capabilities.from_json(session.capabilities_json)
     if session.agent_target_id:
-        target = await repos.sessions.target(ws, session.agent_target_id)
+        target = await repos.session_rows.target(ws, session.agent_target_id)
         if target is not None:
             if not target.enabled:
                 raise FailedPrecondition(
@@ -281,9 +293,9 @@ async def _check_deliverable(
 
 def _guide(
     ctx: HostContext,
-    repos: ActivityRepositories,
-    session: Session,
-    active: Turn | None,
+    repos: HostTransaction,
+    session: SessionRow,
+    active: TurnRow | None,
     submission: Submission,
     rewrite: _Rewrite,
     now: int,
@@ -300,30 +312,25 @@ def _guide(
             metadata={"target_turn_id": submission.target_turn_id or ""},
         )
     message = _user_message(repos, session, active, submission, rewrite, now)
-    command_outbox.enqueue(
-        repos,
-        ctx,
-        session,
-        "guidance",
-        {
-            "targetTurnId": active.turn_id,
-            "userMessageId": message.message_id,
-            "prompt": rewrite.prompt,
-            "references": [reference_to_json(r) for r in submission.references],
-        },
+    command = Guidance(
+        target_turn_id=active.turn_id,
+        user_message_id=message.message_id,
+        prompt=rewrite.prompt,
+        references=submission.references,
     )
+    command_outbox.enqueue(repos, ctx, session, command)
 
 
 async def _start_turn(
     ctx: HostContext,
-    repos: ActivityRepositories,
-    session: Session,
+    repos: HostTransaction,
+    session: SessionRow,
     submission: Submission,
     rewrite: _Rewrite,
     now: int,
 ) -> None:
     """Add the queued Turn with its user message and queue its ``start_turn`` command."""
-    turn = Turn(
+    turn = repos.turns.add(
         workspace_id=session.workspace_id,
         session_id=session.session_id,
         turn_id=f"turn-{uuid.uuid4()}",
@@ -339,31 +346,27 @@ async def _start_turn(
         created_at_unix_ms=now,
         updated_at_unix_ms=now,
     )
-    repos.turns.add(turn)
     await repos.turns.flush()
-    session.active_turn_id = turn.turn_id
-    session.updated_at_unix_ms = max(session.updated_at_unix_ms, now)
-    message = _user_message(repos, session, turn, submission, rewrite, now)
-    command_outbox.enqueue(
-        repos,
-        ctx,
+    repos.session_rows.update(
         session,
-        "start_turn",
-        {
-            "turnId": turn.turn_id,
-            "origin": "TURN_ORIGIN_USER",
-            "clientSubmitId": submission.client_submit_id,
-            "userMessageId": message.message_id,
-            "prompt": rewrite.prompt,
-            "mode": _MODE_ENUM.get(submission.mode, "COMPOSER_MODE_AGENT"),
-            "references": [reference_to_json(r) for r in submission.references],
-            "session": await session_context(repos, session),
-        },
+        active_turn_id=turn.turn_id,
+        updated_at_unix_ms=max(session.updated_at_unix_ms, now),
     )
+    message = _user_message(repos, session, turn, submission, rewrite, now)
+    command = StartTurn(
+        turn_id=turn.turn_id,
+        client_submit_id=submission.client_submit_id,
+        user_message_id=message.message_id,
+        prompt=rewrite.prompt,
+        mode=mentions.ComposerMode(submission.mode),
+        references=submission.references,
+        session=await session_context(repos, session),
+    )
+    command_outbox.enqueue(repos, ctx, session, command)
 
 
 async def _check_replay(
-    repos: ActivityRepositories, submission: Submission, message: Message
+    repos: HostTransaction, submission: Submission, message: MessageRow
 ) -> None:
     """An earlier submission used this id: identical is a replay, anything else a conflict."""
     ws, sid = submission.workspace_id, submission.session_id
@@ -387,7 +390,7 @@ async def _check_replay(
         )
 
 
-def _text(message: Message) -> str:
+def _text(message: MessageRow | MessageRecord) -> str:
     text = json_object(message.payload_json).get("text")
     return text if isinstance(text, str) else ""
 
@@ -400,7 +403,7 @@ class _Rewrite:
     agent_mentions_json: str | None
 
 
-def _rewrite(session: Session, submission: Submission) -> _Rewrite:
+def _rewrite(session: SessionRow, submission: Submission) -> _Rewrite:
     """Resolve ``@agent`` and ``/skill:`` tokens against the launch catalog (HOST-MENT-1..3)."""
     catalog = _launch_catalog(session)
     resolution = mentions.resolve_mentions(
@@ -419,7 +422,7 @@ def _rewrite(session: Session, submission: Submission) -> _Rewrite:
     )
 
 
-def _launch_catalog(session: Session) -> list[mentions.Subagent]:
+def _launch_catalog(session: SessionRow) -> list[mentions.Subagent]:
     raw = getattr(session, "launch_subagents_json", None)
     try:
         value: Any = json.loads(raw) if raw else []
@@ -434,7 +437,7 @@ def _launch_catalog(session: Session) -> list[mentions.Subagent]:
     ]
 
 
-def _workspace_entry_check(session: Session) -> mentions.WorkspaceFileIndex:
+def _workspace_entry_check(session: SessionRow) -> mentions.WorkspaceFileIndex:
     """The workspace file-index port for this Session: its working directory's entries."""
     root = Path(session.cwd) if session.cwd else None
 
@@ -450,15 +453,15 @@ def _workspace_entry_check(session: Session) -> mentions.WorkspaceFileIndex:
 
 
 def _user_message(
-    repos: ActivityRepositories,
-    session: Session,
-    turn: Turn,
+    repos: HostTransaction,
+    session: SessionRow,
+    turn: TurnRow,
     submission: Submission,
     rewrite: _Rewrite,
     now: int,
-) -> Message:
-    sequence, version = repos.sessions.next_message_cursor(session)
-    message = Message(
+) -> MessageRow:
+    sequence, version = repos.session_rows.next_message_cursor(session)
+    return repos.messages.add(
         workspace_id=session.workspace_id,
         session_id=session.session_id,
         message_id=user_message_id(submission.client_submit_id),
@@ -477,51 +480,38 @@ def _user_message(
         agent_mentions_json=rewrite.agent_mentions_json,
         references_json=encode_references(submission.references),
     )
-    repos.messages.add(message)
-    return message
 
 
-async def session_context(repos: ActivityRepositories, session: Session) -> dict[str, Any]:
-    """The proto3-JSON ``RuntimeSessionContext`` a runtime needs to run the Session."""
-    context: dict[str, Any] = {
-        "agentTargetId": session.agent_target_id or "",
-        "provider": session.provider,
-        "cwd": session.cwd or "",
-        "settings": settings_to_json(SessionSettingsValue.from_json(session.settings_json)),
-        "subagents": [
-            {"name": agent.name, "description": agent.description}
-            for agent in _launch_catalog(session)
-        ],
-    }
+async def session_context(repos: HostTransaction, session: SessionRow) -> RuntimeSessionContext:
+    """What a runtime needs to run the Session: target, launch, settings, catalog, resume."""
+    target_ref: str | None = None
+    options: str | None = None
     if session.agent_target_id:
-        target = await repos.sessions.target(session.workspace_id, session.agent_target_id)
+        target = await repos.session_rows.target(session.workspace_id, session.agent_target_id)
         if target is not None:
             launch = json_object(target.launch_ref_json)
             ref = launch.get("runtime_target_ref", launch.get("runtimeTargetRef"))
-            options = launch.get("options_json", launch.get("optionsJson"))
-            context["runtimeTargetRef"] = ref if isinstance(ref, str) else ""
-            context["launchOptionsJson"] = options if isinstance(options, str) else ""
+            raw_options = launch.get("options_json", launch.get("optionsJson"))
+            target_ref = ref if isinstance(ref, str) else ""
+            options = raw_options if isinstance(raw_options, str) else ""
     resume = json_object(session.provider_resume_json)
-    for key in ("providerSessionRef", "runtimeContextJson"):
-        if isinstance(resume.get(key), str):
-            context[key] = resume[key]
-    if session.parent_session_id:
-        context["parentSessionId"] = session.parent_session_id
-    return context
+    provider_ref = resume.get("providerSessionRef")
+    runtime_context = resume.get("runtimeContextJson")
+    return RuntimeSessionContext(
+        agent_target_id=session.agent_target_id or "",
+        provider=session.provider,
+        cwd=session.cwd or "",
+        settings=SessionSettingsValue.from_json(session.settings_json),
+        subagents=tuple(_launch_catalog(session)),
+        runtime_target_ref=target_ref,
+        launch_options_json=options,
+        provider_session_ref=provider_ref if isinstance(provider_ref, str) else None,
+        runtime_context_json=runtime_context if isinstance(runtime_context, str) else None,
+        parent_session_id=session.parent_session_id or None,
+    )
 
 
-def settings_to_json(settings: SessionSettingsValue) -> Mapping[str, Any]:
-    """The proto3-JSON ``SessionSettings`` of a command payload (unset values omitted)."""
-    values: dict[str, Any] = {
-        "model": settings.model,
-        "reasoningEffort": settings.reasoning_effort,
-        "permissionMode": settings.permission_mode,
-        "speed": settings.speed,
-    }
-    return {key: value for key, value in values.items() if value is not None}
-
-
-def restored_input(message: Message | None) -> str | None:
+def restored_input(message: MessageRow | MessageRecord | None) -> str | None:
     """The text a composer restores after a stop: ``command`` when rewritten, else content."""
     if message is None:
         return None
@@ -536,7 +526,6 @@ __all__: Sequence[str] = (
     "restored_input",
     "send_input",
     "session_context",
-    "settings_to_json",
     "user_message_id",
     "validate",
 )

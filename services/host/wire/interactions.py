@@ -8,7 +8,6 @@ from typing import Any
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2
 from services.host.context import HostContext
-from services.host.repository.row_records import interaction_record
 from services.host.turns.interactions import (
     OperationView,
     ResponseRequest,
@@ -59,9 +58,7 @@ def operation_to_proto(view: OperationView) -> host_pb2.InteractionResponseOpera
     if row.state == "completed" and row.last_error is not None:
         message.detail = row.last_error
     if view.interaction is not None:
-        message.interaction.CopyFrom(
-            pending_interaction_to_proto(interaction_record(view.interaction))
-        )
+        message.interaction.CopyFrom(pending_interaction_to_proto(view.interaction))
     return message
 
 

@@ -8,7 +8,7 @@ from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2
 from services.host.context import HostContext
 from services.host.model.cursor_bounds import checked_cursor
-from services.host.repository.row_records import MessageRecord, message_record
+from services.host.repository.row_records import MessageRecord
 from services.host.turns import mentions
 from services.host.turns.messages import list_messages
 from services.host.turns.reference_metadata import decode_references
@@ -83,7 +83,7 @@ class MessageRpcs:
             descending=request.order == host_pb2.MESSAGE_ORDER_DESC,
         )
         return host_pb2.ListSessionMessagesResponse(
-            messages=[message_to_proto(message_record(row)) for row in page.messages],
+            messages=[message_to_proto(row) for row in page.messages],
             latest_version=checked_cursor(page.latest_version, field="latest_version"),
             has_more=page.has_more,
         )

@@ -7,9 +7,8 @@ from typing import Any
 from agentactivity.host.v1 import host_pb2
 from grpcserver.request_checks import mapped_enum
 from services.host.context import HostContext
-from services.host.repository.row_records import turn_record
 from services.host.sessions import commands, listing
-from services.host.turns.reference_metadata import validate_references
+from services.host.wire.command_codec import COMPOSER_MODES
 from services.host.wire.projection import (
     pending_interaction_to_proto,
     session_import_to_proto,
@@ -20,7 +19,6 @@ from services.host.wire.projection import (
 )
 from services.host.wire.projects import project_to_proto
 from services.host.wire.references_codec import references_from_proto
-from services.host.wire.turns import MODES
 
 RUNTIME_STATUS = {
     "not_attached": host_pb2.RUNTIME_SETTINGS_STATUS_NOT_ATTACHED,
@@ -79,10 +77,8 @@ class SessionRpcs:
             initial_input = commands.InitialInput(
                 client_submit_id=first.client_submit_id,
                 content=first.content,
-                mode=mapped_enum(MODES, first.mode, field="initial_input.mode"),
-                references=validate_references(
-                    references_from_proto(first.references), field="initial_input.references"
-                ),
+                mode=mapped_enum(COMPOSER_MODES, first.mode, field="initial_input.mode"),
+                references=references_from_proto(first.references),
             )
         command = commands.CreateSessionCommand(
             workspace_id=request.workspace_id,
@@ -102,7 +98,7 @@ class SessionRpcs:
         created = await commands.create_session(self.ctx, command)
         response = host_pb2.CreateSessionResponse(session=session_to_proto(created.session))
         if created.first_turn is not None:
-            response.turn.CopyFrom(turn_to_proto(turn_record(created.first_turn.turn)))
+            response.turn.CopyFrom(turn_to_proto(created.first_turn.turn))
         return response
 
     async def GetSession(

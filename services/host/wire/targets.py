@@ -17,8 +17,8 @@ from services.host.model.records import (
 )
 from services.host.sessions import targets
 from services.host.sessions.mention_catalog import read_mention_catalog
+from services.host.wire.command_codec import COMPOSER_MODES
 from services.host.wire.projection import capabilities_to_proto
-from services.host.wire.turns import MODES as COMPOSER_MODES
 
 LOCALITY_FROM_WIRE = {
     host_pb2.AGENT_TARGET_LOCALITY_UNSPECIFIED: "local",

@@ -8,11 +8,9 @@ from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2
 from grpcserver.request_checks import mapped_enum
 from services.host.context import HostContext
-from services.host.repository.row_records import message_record, session_record, turn_record
-from services.host.turns.mentions import ComposerMode
-from services.host.turns.reference_metadata import validate_references
 from services.host.turns.stop_and_list import list_turns, stop_turn
 from services.host.turns.submission import Submission, send_input
+from services.host.wire.command_codec import COMPOSER_MODES
 from services.host.wire.messages import message_to_proto
 from services.host.wire.projection import session_to_proto, turn_to_proto
 from services.host.wire.references_codec import references_from_proto
@@ -22,14 +20,6 @@ DELIVERIES = {
     canonical_pb2.DELIVERY_MODE_GUIDANCE: "guidance",
     canonical_pb2.DELIVERY_MODE_INTERRUPT: "interrupt",
 }
-MODES = {
-    canonical_pb2.COMPOSER_MODE_UNSPECIFIED: ComposerMode.AGENT,
-    canonical_pb2.COMPOSER_MODE_AGENT: ComposerMode.AGENT,
-    canonical_pb2.COMPOSER_MODE_PLAN: ComposerMode.PLAN,
-    canonical_pb2.COMPOSER_MODE_GOAL: ComposerMode.GOAL,
-}
-"""Composer modes of the wire; unspecified means agent (HOST-MENT-1), any other number is
-refused (SEC-2)."""
 
 
 class TurnRpcs:
@@ -41,7 +31,7 @@ class TurnRpcs:
         self, request: host_pb2.SendInputRequest, context: Any
     ) -> host_pb2.SendInputResponse:
         """Submit input with the durable submit barrier (HOST-TURN-1..3, HOST-REF-1)."""
-        references = validate_references(references_from_proto(request.references))
+        references = references_from_proto(request.references)
         result = await send_input(
             self.ctx,
             Submission(
@@ -52,15 +42,15 @@ class TurnRpcs:
                 target_turn_id=(
                     request.target_turn_id if request.HasField("target_turn_id") else None
                 ),
-                mode=mapped_enum(MODES, request.mode, field="mode"),
+                mode=mapped_enum(COMPOSER_MODES, request.mode, field="mode"),
                 content=request.content,
                 references=references,
             ),
         )
         response = host_pb2.SendInputResponse(
-            turn=turn_to_proto(turn_record(result.turn)),
-            user_message=message_to_proto(message_record(result.user_message)),
-            session=session_to_proto(session_record(result.session)),
+            turn=turn_to_proto(result.turn),
+            user_message=message_to_proto(result.user_message),
+            session=session_to_proto(result.session),
             replayed=result.replayed,
         )
         if result.interrupted_turn_id is not None:
@@ -75,14 +65,14 @@ class TurnRpcs:
             self.ctx, request.workspace_id, request.session_id, request.turn_id
         )
         response = host_pb2.StopTurnResponse(
-            turn=turn_to_proto(turn_record(result.turn)),
+            turn=turn_to_proto(result.turn),
             already_settled=result.already_settled,
         )
         restored = result.restored_input
         if restored is not None:
             response.restored_input = restored
         if result.user_message is not None:
-            response.user_message.CopyFrom(message_to_proto(message_record(result.user_message)))
+            response.user_message.CopyFrom(message_to_proto(result.user_message))
         return response
 
     async def ListSessionTurns(
@@ -98,7 +88,7 @@ class TurnRpcs:
             include_retracted=request.include_retracted,
         )
         return host_pb2.ListSessionTurnsResponse(
-            turns=[turn_to_proto(turn_record(row)) for row in page.turns],
+            turns=[turn_to_proto(row) for row in page.turns],
             retracted_turn_ids=[
                 row.turn_id for row in page.turns if row.retracted_at_unix_ms is not None
             ],
