@@ -224,24 +224,25 @@ class TransactionRunner(Generic[ScopeT]):
                 (serialization failure, deadlock); nothing was committed.
             Exception: whatever the command or a participant raised; nothing was committed.
 
-        Cancellation: a caller cancelled while it waits for the write slot cancels the
-        command; once it holds the slot (a read: at once), the command, its commit and its
-        post-commit hooks run to the end in their own task (a cancelled client never leaves a
-        rollback half done, a commit without its publication, or a connection the pool must
-        reset from a cancelled task), and the caller still sees the cancellation.
+        Cancellation: a write transaction is cancelled with its caller and rolls back (its
+        caller may hold the Session's lane). A read transaction runs to its end in its own
+        task (a cancelled client never leaves a rollback half done or a connection the pool
+        must reset from a cancelled task), and the caller still sees the cancellation.
         """
         begun = asyncio.Event()
+        if write:
+            # A writer stays cancellable: its caller may hold the Session's lane, which must
+            # not be released while the transaction still runs (HOST-LANE-1).
+            begun.set()
+            return await self._run_to_end(command, participants, write, before_commit, begun)
         task = asyncio.ensure_future(
             self._run_to_end(command, participants, write, before_commit, begun)
         )
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
-            if begun.is_set():
-                _abandoned.setdefault(self._engine.sync_engine, set()).add(task)
-                task.add_done_callback(_log_abandoned)
-            else:
-                task.cancel()
+            _abandoned.setdefault(self._engine.sync_engine, set()).add(task)
+            task.add_done_callback(_log_abandoned)
             raise
 
     async def _run_to_end(

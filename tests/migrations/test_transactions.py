@@ -360,12 +360,9 @@ def test_a_finished_unit_of_work_refuses_new_participants(migrated_db_url: str) 
 
 
 @pytest.mark.spec("STORE-3")
-def test_a_cancelled_caller_leaves_its_begun_command_to_commit_with_its_hooks(
-    migrated_db_url: str, sync_engine: Engine
-) -> None:
-    """Once its transaction began, a command runs to its commit and post-commit hooks even when
-    its caller is cancelled mid-command (a client cancelling its call); the caller sees the
-    cancellation."""
+def test_a_cancelled_reader_leaves_its_read_to_end_with_its_hooks(migrated_db_url: str) -> None:
+    """A read transaction runs to its end and its post-commit hooks even when its caller is
+    cancelled mid-read (a client cancelling its call); the caller sees the cancellation."""
     hooks: list[str] = []
 
     async def scenario(engine: AsyncEngine) -> None:
@@ -373,16 +370,15 @@ def test_a_cancelled_caller_leaves_its_begun_command_to_commit_with_its_hooks(
         release = asyncio.Event()
 
         async def command(repos: Repositories) -> None:
-            await repos.create_session_with_turn("s-cancelled")
             inside.set()
             await release.wait()
 
             async def hook() -> None:
-                hooks.append("published")
+                hooks.append("ran")
 
             repos.uow.after_commit(hook)
 
-        caller = asyncio.ensure_future(_runner(engine).run(command))
+        caller = asyncio.ensure_future(_runner(engine).run(command, write=False))
         await inside.wait()
         caller.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -391,8 +387,30 @@ def test_a_cancelled_caller_leaves_its_begun_command_to_commit_with_its_hooks(
         await finish_abandoned(engine)
 
     _run(migrated_db_url, scenario)
-    assert _counts(sync_engine)["sessions"] == 1
-    assert hooks == ["published"]
+    assert hooks == ["ran"]
+
+
+@pytest.mark.spec("STORE-3")
+def test_a_cancelled_writer_rolls_back(migrated_db_url: str, sync_engine: Engine) -> None:
+    """A write transaction is cancelled with its caller and leaves nothing (its caller may hold
+    the Session's lane, so the write must not outlive it)."""
+
+    async def scenario(engine: AsyncEngine) -> None:
+        inside = asyncio.Event()
+
+        async def command(repos: Repositories) -> None:
+            await repos.create_session_with_turn("s-cancelled")
+            inside.set()
+            await asyncio.Event().wait()
+
+        caller = asyncio.ensure_future(_runner(engine).run(command))
+        await inside.wait()
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+
+    _run(migrated_db_url, scenario)
+    assert _counts(sync_engine)["sessions"] == 0
 
 
 @pytest.mark.spec("STORE-3")
