@@ -229,15 +229,11 @@ class TransactionRunner(Generic[ScopeT]):
         task (a cancelled client never leaves a rollback half done or a connection the pool
         must reset from a cancelled task), and the caller still sees the cancellation.
         """
-        begun = asyncio.Event()
         if write:
             # A writer stays cancellable: its caller may hold the Session's lane, which must
             # not be released while the transaction still runs (HOST-LANE-1).
-            begun.set()
-            return await self._run_to_end(command, participants, write, before_commit, begun)
-        task = asyncio.ensure_future(
-            self._run_to_end(command, participants, write, before_commit, begun)
-        )
+            return await self._run_to_end(command, participants, write, before_commit)
+        task = asyncio.ensure_future(self._run_to_end(command, participants, write, before_commit))
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -251,13 +247,12 @@ class TransactionRunner(Generic[ScopeT]):
         participants: Sequence[TransactionParticipant],
         write: bool,
         before_commit: Callable[[ScopeT], Awaitable[CommitHook | None]] | None,
-        begun: asyncio.Event,
     ) -> ResultT:
         unit = UnitOfWork((*self._standing, *participants))
         first: list[CommitHook] = []
         try:
             result = await self._run_once(
-                command, unit, write=write, finish=before_commit, first=first, begun=begun
+                command, unit, write=write, finish=before_commit, first=first
             )
         except Exception as exc:
             mapped = retryable_error(exc)
@@ -279,12 +274,9 @@ class TransactionRunner(Generic[ScopeT]):
         write: bool,
         finish: Callable[[ScopeT], Awaitable[CommitHook | None]] | None,
         first: list[CommitHook],
-        begun: asyncio.Event,
     ) -> ResultT:
         begin = "IMMEDIATE" if write else "DEFERRED"
         async with sqlite_write_slot(self._engine) if write else _no_slot():
-            # From here on a caller's cancellation no longer reaches this task (see run).
-            begun.set()
             return await self._in_session(command, unit, begin, finish, first)
 
     async def _in_session(
