@@ -56,7 +56,10 @@ WORKSPACE = "ws-bench"
 SESSION = "s-bench"
 CONCURRENCY = 32
 CONNECTIONS = 4
-STACKS = {"sqlite": ("host", "core", "sqlite3-thread"), "postgres": ("host", "core", "psycopg")}
+STACKS = {
+    "sqlite": ("host", "core", "core-thread", "sqlite3-thread"),
+    "postgres": ("host", "core", "core-thread", "psycopg", "psycopg-thread"),
+}
 RESULTS = Path(__file__).parent / "results" / "storage_stack_bench.json"
 
 _S = cast(Table, Session.__table__)
@@ -231,6 +234,38 @@ async def core_stack(
     return read, engine.dispose
 
 
+async def core_thread_stack(
+    url: str,
+) -> tuple[Callable[[], Awaitable[int]], Callable[[], Awaitable[None]]]:
+    """SQLAlchemy Core on a *sync* engine, the whole transaction in one hop to a thread."""
+    engine = create_engine(url, pool_size=CONNECTIONS)
+    params = {"ws": WORKSPACE, "sid": SESSION}
+
+    def transaction() -> int:
+        with engine.connect() as connection:
+            session = connection.execute(CORE_SESSION, params).one()
+            connection.execute(CORE_TURN, {**params, "tid": session.active_turn_id}).first()
+            connection.execute(CORE_LATEST, params).first()
+            pending = connection.execute(CORE_PENDING, params).all()
+            tree = connection.execute(
+                CORE_TREE, {"ws": WORKSPACE, "root": session.root_session_id}
+            ).all()
+            connection.rollback()
+        return 1 + len(pending) + len(tree)
+
+    executor = ThreadPoolExecutor(max_workers=CONNECTIONS)
+    loop = asyncio.get_running_loop()
+
+    async def read() -> int:
+        return await loop.run_in_executor(executor, transaction)
+
+    async def close() -> None:
+        executor.shutdown()
+        engine.dispose()
+
+    return read, close
+
+
 async def sqlite3_stack(
     url: str,
 ) -> tuple[Callable[[], Awaitable[int]], Callable[[], Awaitable[None]]]:
@@ -330,9 +365,58 @@ async def psycopg_stack(
     return read, close
 
 
+async def psycopg_thread_stack(
+    url: str,
+) -> tuple[Callable[[], Awaitable[int]], Callable[[], Awaitable[None]]]:
+    """Psycopg 3's sync ``Connection``, prepared statements, the transaction in one thread hop."""
+    conninfo = url.replace("postgresql+psycopg://", "postgresql://")
+    sql = _sql("pyformat")
+    local = threading.local()
+
+    def transaction() -> int:
+        conn = getattr(local, "conn", None)
+        if conn is None:
+            conn = local.conn = psycopg.Connection.connect(conninfo)
+        params = {"ws": WORKSPACE, "sid": SESSION}
+        with conn.transaction():
+            cur = conn.execute(sql["session"], params, prepare=True)
+            session = cur.fetchone()
+            assert session is not None
+            columns = [d.name for d in cur.description or ()]
+            row = dict(zip(columns, session, strict=True))
+            conn.execute(sql["turn"], {**params, "tid": row["active_turn_id"]}, prepare=True)
+            conn.execute(sql["latest"], params, prepare=True).fetchone()
+            pending = conn.execute(sql["pending"], params, prepare=True).fetchall()
+            tree = conn.execute(
+                sql["tree"], {"ws": WORKSPACE, "root": row["root_session_id"]}, prepare=True
+            ).fetchall()
+        return 1 + len(pending) + len(tree)
+
+    executors = [ThreadPoolExecutor(max_workers=1) for _ in range(CONNECTIONS)]
+    free: asyncio.Queue[ThreadPoolExecutor] = asyncio.Queue()
+    for executor in executors:
+        free.put_nowait(executor)
+    loop = asyncio.get_running_loop()
+
+    async def read() -> int:
+        executor = await free.get()
+        try:
+            return await loop.run_in_executor(executor, transaction)
+        finally:
+            free.put_nowait(executor)
+
+    async def close() -> None:
+        for executor in executors:
+            executor.shutdown()
+
+    return read, close
+
+
 FACTORIES = {
+    "psycopg-thread": psycopg_thread_stack,
     "host": host_stack,
     "core": core_stack,
+    "core-thread": core_thread_stack,
     "sqlite3-thread": sqlite3_stack,
     "psycopg": psycopg_stack,
 }
