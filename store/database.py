@@ -11,6 +11,7 @@ import asyncio
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from store.direct_reads import DirectReads
 from store.engine import DEFAULT_SQLITE_WRITE_QUEUE_SECONDS, create_async_engine_for
 from store.migrate import current, head
 from store.transactions import finish_abandoned
@@ -29,6 +30,14 @@ class Database:
         self.url = url
         self.sqlite_write_queue_seconds = sqlite_write_queue_seconds
         self._engine: AsyncEngine | None = None
+        self._reads: DirectReads | None = None
+
+    @property
+    def reads(self) -> DirectReads:
+        """The hot-read connections (``store.direct_reads``); valid like :attr:`engine`."""
+        if self._reads is None:
+            raise RuntimeError("database not started")
+        return self._reads
 
     @property
     def engine(self) -> AsyncEngine:
@@ -53,9 +62,13 @@ class Database:
         self._engine = create_async_engine_for(
             self.url, sqlite_write_queue_seconds=self.sqlite_write_queue_seconds
         )
+        self._reads = DirectReads(self.url)
 
     async def stop(self) -> None:
-        """Let commands of cancelled callers end, then dispose of the engine's connections."""
+        """Let reads and commands of cancelled callers end, then close every connection."""
+        if self._reads is not None:
+            await self._reads.close()
+            self._reads = None
         if self._engine is not None:
             await finish_abandoned(self._engine)
             await self._engine.dispose()

@@ -15,6 +15,7 @@ from services.host.runtime.commands import CommandCodec
 from services.host.runtime.registry import RuntimeRegistry
 from services.host.runtime.settings_port import DetachedRuntimeSettings, RuntimeSettingsPort
 from store.database import Database
+from store.direct_reads import ReadConnection
 
 ResultT = TypeVar("ResultT")
 
@@ -66,3 +67,11 @@ class HostContext:
         (``services.host.repository.unit_of_work.run``).
         """
         return await unit_of_work.run(self.database, command, write=write, outbox=self.activity.log)
+
+    async def read(self, read: Callable[[ReadConnection], ResultT]) -> ResultT:
+        """Run a synchronous hot read (``repository.hot_reads``) in one read transaction.
+
+        The read runs on a store read thread (``store.direct_reads``): one event-loop hop for
+        the whole read.
+        """
+        return await self.database.reads.run(read)

@@ -24,6 +24,7 @@ from services.host.model.records import (
     TurnRecord,
 )
 from services.host.repository.changes import CREATED, ActivityChanges
+from services.host.repository.hot_reads import live_descendants_in_order
 from services.host.repository.inserts import insert_if_absent
 from services.host.repository.row_records import interaction_record, session_record, turn_record
 from store.models import Interaction, ResourceCleanupOutbox, Session, Turn
@@ -219,23 +220,7 @@ class SessionRepository:
                 .order_by(Session.created_at_unix_ms, Session.session_id)
             )
         ).scalars()
-        children: dict[str, list[SessionRecord]] = {}
-        for row in rows:
-            if row.parent_session_id is not None:
-                children.setdefault(row.parent_session_id, []).append(session_record(row))
-        ordered: list[SessionRecord] = []
-        frontier = [session.session_id]
-        seen = {session.session_id}
-        while frontier:
-            next_frontier: list[str] = []
-            for parent in frontier:
-                for child in children.get(parent, []):
-                    if child.session_id not in seen:
-                        seen.add(child.session_id)
-                        ordered.append(child)
-                        next_frontier.append(child.session_id)
-            frontier = next_frontier
-        return ordered
+        return live_descendants_in_order(session.session_id, [session_record(r) for r in rows])
 
     async def get_turn(self, workspace_id: str, session_id: str, turn_id: str) -> TurnRecord | None:
         """One Turn of a Session."""

@@ -34,8 +34,10 @@ from services.host.model.session_rules import (
     CONVERSATIONS_SECTION_KEY,
     require_live,
     session_id_violation,
+    session_not_found,
     validate_session_id,
 )
+from services.host.repository import hot_reads
 from services.host.repository.sessions import NewSession
 from services.host.repository.unit_of_work import HostTransaction
 from services.host.runtime.settings_port import RuntimeSettingsOutcome, RuntimeSettingsPort
@@ -255,9 +257,7 @@ async def create_session(ctx: HostContext, command: CreateSessionCommand) -> Cre
         if submission is None or stored is None:
             return CreatedSession(record)
         replayed, interrupted = stored
-        turn = await ctx.transact(
-            lambda repos: read_back(repos, submission, replayed, interrupted), write=False
-        )
+        turn = await read_back(ctx, submission, replayed, interrupted)
         return CreatedSession(record, turn)
 
 
@@ -388,26 +388,16 @@ async def get_session(ctx: HostContext, workspace_id: str, session_id: str) -> S
         NotFound: ``SESSION_NOT_FOUND`` or ``SESSION_DELETED``.
     """
     validate_session_id(session_id)
-
-    async def query(repos: HostTransaction) -> SessionDetail:
-        session = require_live(
-            await repos.sessions.get(workspace_id, session_id), workspace_id, session_id
-        )
-        active = None
-        if session.active_turn_id is not None:
-            active = await repos.sessions.get_turn(workspace_id, session_id, session.active_turn_id)
-        latest = (await repos.sessions.latest_turns(workspace_id, [session_id])).get(session_id)
-        return SessionDetail(
-            session=session,
-            pending_interactions=await repos.sessions.pending_interactions(
-                workspace_id, session_id
-            ),
-            active_turn=active,
-            latest_turn=latest,
-            children=await repos.sessions.live_descendants(session),
-        )
-
-    return await ctx.transact(query, write=False)
+    found = await ctx.read(lambda conn: hot_reads.session_read_set(conn, workspace_id, session_id))
+    if found is None:
+        raise session_not_found(workspace_id, session_id)
+    return SessionDetail(
+        session=require_live(found.session, workspace_id, session_id),
+        pending_interactions=found.pending_interactions,
+        active_turn=found.active_turn,
+        latest_turn=found.latest_turn,
+        children=found.children,
+    )
 
 
 # ------------------------------------------------------------------------------ mutations

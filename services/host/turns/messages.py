@@ -13,6 +13,7 @@ from domainerrors import InvalidArgument
 from services.host.context import HostContext
 from services.host.model.cursor_bounds import parse_cursor_argument
 from services.host.model.session_rules import session_not_found
+from services.host.repository import hot_reads
 from services.host.repository.row_records import MessageRecord
 from services.host.repository.row_views import MessageRow, SessionRow
 from services.host.repository.unit_of_work import HostTransaction
@@ -66,11 +67,9 @@ async def list_messages(
         raise InvalidArgument.for_field("limit", "must not be negative")
     size = min(limit or DEFAULT_MESSAGE_PAGE, MAX_MESSAGE_PAGE)
 
-    async def run(repos: HostTransaction) -> MessagePage:
-        session = await repos.session_rows.get(workspace_id, session_id)
-        if session is None:
-            raise session_not_found(workspace_id, session_id)
-        rows = await repos.messages.page(
+    found = await ctx.read(
+        lambda conn: hot_reads.message_page(
+            conn,
             workspace_id,
             session_id,
             after_version=after_version,
@@ -78,9 +77,11 @@ async def list_messages(
             limit=size + 1,
             descending=descending,
         )
-        return MessagePage(rows[:size], session.message_version, len(rows) > size)
-
-    return await ctx.transact(run, write=False)
+    )
+    if found is None:
+        raise session_not_found(workspace_id, session_id)
+    latest_version, rows = found
+    return MessagePage(rows[:size], latest_version, len(rows) > size)
 
 
 @dataclass(frozen=True)

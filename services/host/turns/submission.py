@@ -39,6 +39,7 @@ from services.host.model.records import (
     json_object,
 )
 from services.host.model.session_rules import session_not_found
+from services.host.repository import hot_reads
 from services.host.repository.row_records import (
     MessageRecord,
     message_record,
@@ -154,43 +155,72 @@ def validate(submission: Submission, *, field_prefix: str = "", rpc: str = "Send
 async def send_input(ctx: HostContext, submission: Submission) -> SubmitResult:
     """Persist a submission and hand its command to the runtime (HOST-TURN-1..3).
 
-    Runs in the Session's mutation lane, so two submissions to one Session never
-    interleave (HOST-LANE-1); the store transaction (``BEGIN IMMEDIATE`` on SQLite, a
-    row lock on Postgres) keeps that true across processes too.
+    A replay of a committed submission is answered from its durable rows by one read, with
+    no lane and no write. Anything else runs in the Session's mutation lane, so two
+    submissions to one Session never interleave (HOST-LANE-1); the store transaction
+    (``BEGIN IMMEDIATE`` on SQLite, a row lock on Postgres) keeps that true across processes
+    too.
     """
     validate(submission)
+    durable = await _durable_rows(ctx, submission)
+    if (
+        durable.session is not None
+        and durable.session.deleted_at_unix_ms is None
+        and durable.message is not None
+    ):
+        check_replay(submission, durable.message, durable.submitted_turn)
+        return _result(submission, durable, replayed=True, interrupted=None)
     async with ctx.lanes.hold(submission.workspace_id, submission.session_id):
-        stored = await ctx.transact(lambda repos: persist_submission(ctx, repos, submission))
-        replayed, interrupted = stored
-        return await ctx.transact(
-            lambda repos: read_back(repos, submission, replayed, interrupted), write=False
+        replayed, interrupted = await ctx.transact(
+            lambda repos: persist_submission(ctx, repos, submission)
         )
+        return await read_back(ctx, submission, replayed, interrupted)
 
 
 async def read_back(
-    repos: HostTransaction,
+    ctx: HostContext, submission: Submission, replayed: bool, interrupted: str | None
+) -> SubmitResult:
+    """Read a persisted submission back through its durable identity (HOST-TURN-1).
+
+    Raises:
+        Unavailable: ``SUBMIT_NOT_DURABLE`` when its rows are not (or no longer) there.
+    """
+    return _result(submission, await _durable_rows(ctx, submission), replayed, interrupted)
+
+
+async def _durable_rows(ctx: HostContext, submission: Submission) -> hot_reads.SubmissionRows:
+    return await ctx.read(
+        lambda conn: hot_reads.submission_rows(
+            conn,
+            submission.workspace_id,
+            submission.session_id,
+            user_message_id(submission.client_submit_id),
+            submission.client_submit_id,
+            guidance=submission.delivery == "guidance",
+        )
+    )
+
+
+def _result(
     submission: Submission,
+    durable: hot_reads.SubmissionRows,
     replayed: bool,
     interrupted: str | None,
 ) -> SubmitResult:
-    """Read the submission back through its durable identity (HOST-TURN-1)."""
-    ws, sid = submission.workspace_id, submission.session_id
-    message = await repos.messages.get(ws, sid, user_message_id(submission.client_submit_id))
-    session = await repos.session_rows.get(ws, sid)
-    turn = None
-    if message is not None and message.turn_id is not None:
-        if submission.delivery == "guidance":
-            turn = await repos.turns.get(ws, sid, message.turn_id)
-        else:
-            turn = await repos.turns.by_client_submit_id(ws, sid, submission.client_submit_id)
-    if message is None or session is None or turn is None:
+    """The submission as read back through its durable identity (HOST-TURN-1)."""
+    turn = durable.guided_turn if submission.delivery == "guidance" else durable.submitted_turn
+    if durable.message is None or durable.session is None or turn is None:
         raise Unavailable(
             "the submission could not be read back; retry with the same client_submit_id",
             reason="SUBMIT_NOT_DURABLE",
             retry_after_seconds=1.0,
         )
     return SubmitResult(
-        turn_record(turn), message_record(message), session_record(session), replayed, interrupted
+        turn_record(turn),
+        message_record(durable.message),
+        session_record(durable.session),
+        replayed,
+        interrupted,
     )
 
 
@@ -215,7 +245,8 @@ async def persist_submission(
         raise session_not_found(ws, sid)
     existing = await repos.messages.get(ws, sid, user_message_id(submission.client_submit_id))
     if existing is not None:
-        await _check_replay(repos, submission, existing)
+        turn = await repos.turns.by_client_submit_id(ws, sid, submission.client_submit_id)
+        check_replay(submission, existing, turn)
         return True, None
     await _check_deliverable(ctx, repos, session, submission)
     now = ctx.clock()
@@ -365,12 +396,17 @@ async def _start_turn(
     command_outbox.enqueue(repos, ctx, session, command)
 
 
-async def _check_replay(
-    repos: HostTransaction, submission: Submission, message: MessageRow
+def check_replay(
+    submission: Submission, message: MessageRow | MessageRecord, turn: TurnRow | None
 ) -> None:
-    """An earlier submission used this id: identical is a replay, anything else a conflict."""
-    ws, sid = submission.workspace_id, submission.session_id
-    turn = await repos.turns.by_client_submit_id(ws, sid, submission.client_submit_id)
+    """Accept an identical earlier submission as a replay; refuse anything else.
+
+    ``message`` is the row the earlier submission wrote and ``turn`` the Turn found by its
+    ``client_submit_id`` (none for guidance).
+
+    Raises:
+        AlreadyExists: ``CLIENT_SUBMIT_CONFLICT``.
+    """
     if turn is not None:
         same = turn.submit_fingerprint == submission.fingerprint()
     else:
@@ -521,6 +557,7 @@ def restored_input(message: MessageRow | MessageRecord | None) -> str | None:
 __all__: Sequence[str] = (
     "Submission",
     "SubmitResult",
+    "check_replay",
     "persist_submission",
     "read_back",
     "restored_input",

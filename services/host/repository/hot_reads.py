@@ -1,0 +1,250 @@
+"""Host's hot reads as direct read transactions (``store.direct_reads``, ADR 0023).
+
+``GetSession``, a transcript page and a submission's read-back run on every client poll and
+every submit. Each function here is one synchronous read transaction: fixed-arity Core
+statements compiled once, rows decoded straight into the records the wire projects
+(``repository.row_records``), no ORM session or identity map. The functions run on a store
+read thread (``ctx.read``), so they must not touch the event loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final, cast
+
+from sqlalchemy import Table, bindparam, select
+
+from services.host.model.records import InteractionRecord, SessionRecord, TurnRecord
+from services.host.repository.row_records import (
+    MessageRecord,
+    interaction_record,
+    message_record,
+    session_record,
+    turn_record,
+)
+from store.direct_reads import ReadConnection, ReadQuery
+from store.models import Interaction, Message, Session, Turn
+
+__all__ = [
+    "SessionReadSet",
+    "SubmissionRows",
+    "live_descendants_in_order",
+    "message_page",
+    "session_read_set",
+    "submission_rows",
+]
+
+_S = cast(Table, Session.__table__)
+_T = cast(Table, Turn.__table__)
+_I = cast(Table, Interaction.__table__)
+_M = cast(Table, Message.__table__)
+
+_SESSION: Final = ReadQuery(
+    select(_S).where(_S.c.workspace_id == bindparam("ws"), _S.c.session_id == bindparam("sid"))
+)
+_TURN: Final = ReadQuery(
+    select(_T).where(
+        _T.c.workspace_id == bindparam("ws"),
+        _T.c.session_id == bindparam("sid"),
+        _T.c.turn_id == bindparam("tid"),
+    )
+)
+_TURN_BY_SUBMIT: Final = ReadQuery(
+    select(_T).where(
+        _T.c.workspace_id == bindparam("ws"),
+        _T.c.session_id == bindparam("sid"),
+        _T.c.client_submit_id == bindparam("submit"),
+    )
+)
+_LATEST_TURN: Final = ReadQuery(
+    select(_T)
+    .where(
+        _T.c.workspace_id == bindparam("ws"),
+        _T.c.session_id == bindparam("sid"),
+        _T.c.retracted_at_unix_ms.is_(None),
+    )
+    .order_by(_T.c.created_at_unix_ms.desc(), _T.c.turn_id.desc())
+    .limit(1)
+)
+_PENDING: Final = ReadQuery(
+    select(_I)
+    .where(
+        _I.c.workspace_id == bindparam("ws"),
+        _I.c.session_id == bindparam("sid"),
+        _I.c.status == "pending",
+        _I.c.actionable.is_(True),
+    )
+    .order_by(_I.c.created_at_unix_ms, _I.c.turn_id, _I.c.request_id)
+)
+_LIVE_TREE: Final = ReadQuery(
+    select(_S)
+    .where(
+        _S.c.workspace_id == bindparam("ws"),
+        _S.c.root_session_id == bindparam("root"),
+        _S.c.deleted_at_unix_ms.is_(None),
+    )
+    .order_by(_S.c.created_at_unix_ms, _S.c.session_id)
+)
+_MESSAGE: Final = ReadQuery(
+    select(_M).where(
+        _M.c.workspace_id == bindparam("ws"),
+        _M.c.session_id == bindparam("sid"),
+        _M.c.message_id == bindparam("mid"),
+    )
+)
+_MESSAGE_VERSION: Final = ReadQuery(
+    select(_S.c.message_version).where(
+        _S.c.workspace_id == bindparam("ws"), _S.c.session_id == bindparam("sid")
+    )
+)
+
+
+def _message_page_query(*, descending: bool) -> ReadQuery:
+    # Open bounds are passed as the widest values, so one statement serves every cursor.
+    order = _M.c.version.desc() if descending else _M.c.version.asc()
+    return ReadQuery(
+        select(_M)
+        .where(
+            _M.c.workspace_id == bindparam("ws"),
+            _M.c.session_id == bindparam("sid"),
+            _M.c.version > bindparam("after"),
+            _M.c.version < bindparam("before"),
+        )
+        .order_by(order)
+        .limit(bindparam("limit"))
+    )
+
+
+_PAGE_ASC: Final = _message_page_query(descending=False)
+_PAGE_DESC: Final = _message_page_query(descending=True)
+_BELOW_EVERY_VERSION: Final = -1
+_ABOVE_EVERY_VERSION: Final = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class SessionReadSet:
+    """``GetSession``'s rows, from one committed state (HOST-SES-3)."""
+
+    session: SessionRecord
+    active_turn: TurnRecord | None
+    latest_turn: TurnRecord | None
+    pending_interactions: list[InteractionRecord]
+    children: list[SessionRecord]
+
+
+def live_descendants_in_order(session_id: str, tree: list[SessionRecord]) -> list[SessionRecord]:
+    """The live descendants of ``session_id`` among ``tree``, parents before their children."""
+    children: dict[str, list[SessionRecord]] = {}
+    for record in tree:
+        if record.parent_session_id is not None:
+            children.setdefault(record.parent_session_id, []).append(record)
+    ordered: list[SessionRecord] = []
+    frontier = [session_id]
+    seen = {session_id}
+    while frontier:
+        next_frontier: list[str] = []
+        for parent in frontier:
+            for child in children.get(parent, []):
+                if child.session_id not in seen:
+                    seen.add(child.session_id)
+                    ordered.append(child)
+                    next_frontier.append(child.session_id)
+        frontier = next_frontier
+    return ordered
+
+
+def session_read_set(
+    conn: ReadConnection, workspace_id: str, session_id: str
+) -> SessionReadSet | None:
+    """The Session (live or tombstoned) with its Turns, pending Interactions and live tree."""
+    key = {"ws": workspace_id, "sid": session_id}
+    row = conn.first(_SESSION, key)
+    if row is None:
+        return None
+    session = session_record(row)
+    active = None
+    if session.active_turn_id is not None:
+        active_row = conn.first(_TURN, {**key, "tid": session.active_turn_id})
+        active = None if active_row is None else turn_record(active_row)
+    latest_row = conn.first(_LATEST_TURN, key)
+    pending = [interaction_record(r) for r in conn.all(_PENDING, key)]
+    children: list[SessionRecord] = []
+    if session.is_live:
+        tree = conn.all(_LIVE_TREE, {"ws": workspace_id, "root": session.root_session_id})
+        children = live_descendants_in_order(session_id, [session_record(r) for r in tree])
+    return SessionReadSet(
+        session=session,
+        active_turn=active,
+        latest_turn=None if latest_row is None else turn_record(latest_row),
+        pending_interactions=pending,
+        children=children,
+    )
+
+
+def message_page(
+    conn: ReadConnection,
+    workspace_id: str,
+    session_id: str,
+    *,
+    after_version: int | None,
+    before_version: int | None,
+    limit: int,
+    descending: bool,
+) -> tuple[int, list[MessageRecord]] | None:
+    """The Session's ``message_version`` and a page of its messages.
+
+    The page holds up to ``limit`` messages strictly between the version bounds, in version
+    order; ``None`` when the Session does not exist.
+    """
+    key = {"ws": workspace_id, "sid": session_id}
+    version = conn.first(_MESSAGE_VERSION, key)
+    if version is None:
+        return None
+    rows = conn.all(
+        _PAGE_DESC if descending else _PAGE_ASC,
+        {
+            **key,
+            "after": _BELOW_EVERY_VERSION if after_version is None else after_version,
+            "before": _ABOVE_EVERY_VERSION if before_version is None else before_version,
+            "limit": limit,
+        },
+    )
+    return int(version.message_version), [message_record(r) for r in rows]
+
+
+@dataclass(frozen=True)
+class SubmissionRows:
+    """A submission's durable rows, read by its identity (HOST-TURN-1)."""
+
+    session: Any | None
+    """The Session row (a ``SessionRow``), live or tombstoned."""
+    message: Any | None
+    """The user message row (a ``MessageRow``) the submission wrote."""
+    submitted_turn: Any | None
+    """The Turn (a ``TurnRow``) the submission created, by its ``client_submit_id``."""
+    guided_turn: Any | None
+    """For a guidance message, the Turn it guides (a ``TurnRow``)."""
+
+
+def submission_rows(
+    conn: ReadConnection,
+    workspace_id: str,
+    session_id: str,
+    message_id: str,
+    client_submit_id: str,
+    *,
+    guidance: bool,
+) -> SubmissionRows:
+    """The rows of the submission ``client_submit_id`` wrote (its message id ``message_id``)."""
+    key = {"ws": workspace_id, "sid": session_id}
+    session = conn.first(_SESSION, key)
+    if session is None:
+        return SubmissionRows(None, None, None, None)
+    message = conn.first(_MESSAGE, {**key, "mid": message_id})
+    if message is None:
+        return SubmissionRows(session, None, None, None)
+    submitted = conn.first(_TURN_BY_SUBMIT, {**key, "submit": client_submit_id})
+    guided = None
+    if guidance and message.turn_id is not None:
+        guided = conn.first(_TURN, {**key, "tid": message.turn_id})
+    return SubmissionRows(session, message, submitted, guided)

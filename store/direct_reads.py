@@ -1,0 +1,257 @@
+"""Hot read transactions on the database driver itself, each in one hop to a dedicated thread.
+
+Host's hot reads (``GetSession``, a transcript page, a submission's read-back) are a handful
+of point and range statements. Run through SQLAlchemy's asyncio layer they cost one event-loop
+round trip per statement to the driver's thread plus the ORM's unit-of-work machinery; on this
+machine that is ~7 ms of CPU for ``GetSession``'s five statements, against ~0.35 ms for the
+same transaction on ``sqlite3`` in one thread hop (``bench/storage_stack_bench.py``, ADR 0023).
+
+:class:`DirectReads` keeps a few connections of the backend's own driver (``sqlite3``;
+psycopg 3's sync ``Connection``, which prepares repeated statements server-side), each owned
+by one thread. A read is a *synchronous* function of a :class:`ReadConnection`; the whole
+function, its statements and the row decoding run on that thread in one transaction, so the
+event loop pays one hop per read, not per statement.
+
+Statements are SQLAlchemy Core ``select()`` constructs (the schema stays ``store.models``),
+compiled once per dialect by :class:`ReadQuery` into the driver's SQL; rows come back as
+named tuples whose attributes are the column keys, so the record builders that read ORM rows
+read them too. Every read sees one committed state: SQLite's deferred transaction holds one
+WAL snapshot; Postgres runs ``REPEATABLE READ READ ONLY``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import threading
+from collections import namedtuple
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final, TypeVar
+
+import psycopg
+from sqlalchemy import Boolean
+from sqlalchemy.dialects.postgresql import psycopg as pg_psycopg
+from sqlalchemy.dialects.sqlite import pysqlite
+from sqlalchemy.engine import Dialect, make_url
+from sqlalchemy.sql import Select
+
+from domainerrors import Unavailable
+from store.contention import RETRY_AFTER_SECONDS
+from store.engine import DEFAULT_SQLITE_BUSY_TIMEOUT_MS, backend_name
+
+__all__ = ["DEFAULT_READ_CONNECTIONS", "DirectReads", "ReadConnection", "ReadQuery"]
+
+DEFAULT_READ_CONNECTIONS: Final = 4
+"""Driver connections (one thread each) a process keeps for hot reads."""
+
+ResultT = TypeVar("ResultT")
+
+# SQLITE_BUSY, SQLITE_LOCKED, SQLITE_IOERR, SQLITE_CANTOPEN: the file is there but not now.
+_SQLITE_UNAVAILABLE_CODES: Final = frozenset({5, 6, 10, 14})
+
+_DIALECTS: Final[dict[str, Dialect]] = {
+    "sqlite": pysqlite.dialect(paramstyle="named"),
+    "postgresql": pg_psycopg.dialect(),  # type: ignore[no-untyped-call]
+}
+
+
+class _Compiled:
+    """One statement compiled for one dialect: its SQL, fixed parameters and row decoder."""
+
+    __slots__ = ("decode", "fixed", "sql")
+
+    def __init__(self, statement: Select[Any], backend: str) -> None:
+        compiled = statement.compile(dialect=_DIALECTS[backend])
+        if compiled.post_compile_params or compiled.literal_execute_params:
+            raise ValueError("a direct read cannot expand parameters (IN lists) at execution")
+        self.sql: str = compiled.string
+        self.fixed: dict[str, Any] = dict(compiled.params)
+        columns = list(statement.selected_columns)
+        row_type = namedtuple("Row", [column.key for column in columns])  # type: ignore[misc]
+        make: Callable[[Any], Any] = row_type._make
+        booleans = [i for i, c in enumerate(columns) if isinstance(c.type, Boolean)]
+        if backend == "sqlite" and booleans:
+            # sqlite3 returns the stored 0/1; the schema's Boolean columns read as bool.
+            def decode(values: Any) -> Any:
+                fields = list(values)
+                for index in booleans:
+                    if fields[index] is not None:
+                        fields[index] = bool(fields[index])
+                return make(fields)
+
+            self.decode: Callable[[Any], Any] = decode
+        else:
+            self.decode = make
+
+
+class ReadQuery:
+    """A Core ``select()`` for direct reads, compiled once per backend on first use.
+
+    Parameters are named ``bindparam`` s; literal values in the statement (a status, a
+    ``LIMIT``) are bound once at compile time. Statements that expand an ``IN`` list at
+    execution are refused (``ValueError``): give the hot path fixed-arity statements.
+    """
+
+    def __init__(self, statement: Select[Any]) -> None:
+        self.statement = statement
+        self._compiled: dict[str, _Compiled] = {}
+        self._lock = threading.Lock()
+
+    def compiled(self, backend: str) -> _Compiled:
+        """The statement for ``backend`` (``"sqlite"`` or ``"postgresql"``)."""
+        found = self._compiled.get(backend)
+        if found is None:
+            with self._lock:
+                found = self._compiled.get(backend)
+                if found is None:
+                    found = self._compiled[backend] = _Compiled(self.statement, backend)
+        return found
+
+
+class ReadConnection:
+    """The statements of one read transaction, on the thread that owns the connection."""
+
+    def __init__(self, backend: str, connection: Any) -> None:
+        self._backend = backend
+        self._connection = connection
+
+    def all(self, query: ReadQuery, params: Mapping[str, Any] | None = None) -> list[Any]:
+        """Every row of ``query``, as named tuples."""
+        compiled = query.compiled(self._backend)
+        values = {**compiled.fixed, **params} if params else compiled.fixed
+        rows = self._connection.execute(compiled.sql, values).fetchall()
+        decode = compiled.decode
+        return [decode(row) for row in rows]
+
+    def first(self, query: ReadQuery, params: Mapping[str, Any] | None = None) -> Any | None:
+        """The first row of ``query`` or ``None``."""
+        compiled = query.compiled(self._backend)
+        values = {**compiled.fixed, **params} if params else compiled.fixed
+        row = self._connection.execute(compiled.sql, values).fetchone()
+        return None if row is None else compiled.decode(row)
+
+
+class _Worker:
+    """One thread and the driver connection it alone uses (opened on first use)."""
+
+    def __init__(self, backend: str, target: str, busy_timeout_ms: int) -> None:
+        self.backend = backend
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-read")
+        self._target = target
+        self._busy_timeout_ms = busy_timeout_ms
+        self._connection: Any = None
+
+    def _connect(self) -> Any:
+        if self.backend == "sqlite":
+            connection = sqlite3.connect(self._target, isolation_level=None, check_same_thread=True)
+            connection.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_ms)}")
+            connection.execute("PRAGMA query_only=ON")  # this connection never writes
+            return connection
+        pg = psycopg.Connection.connect(self._target)
+        pg.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        pg.read_only = True
+        return pg
+
+    def run(self, read: Callable[[ReadConnection], ResultT]) -> ResultT:
+        """Run ``read`` in one transaction on this thread's connection."""
+        if self._connection is None:
+            self._connection = self._connect()
+        connection = self._connection
+        try:
+            if self.backend == "sqlite":
+                connection.execute("BEGIN")
+                try:
+                    return read(ReadConnection(self.backend, connection))
+                finally:
+                    if connection.in_transaction:
+                        connection.execute("ROLLBACK")
+            with connection.transaction():
+                return read(ReadConnection(self.backend, connection))
+        except (sqlite3.OperationalError, psycopg.OperationalError) as exc:
+            if isinstance(exc, sqlite3.OperationalError) and (
+                getattr(exc, "sqlite_errorcode", 0) & 0xFF not in _SQLITE_UNAVAILABLE_CODES
+            ):
+                raise  # a statement the store refused is a bug, not a busy store
+            # A lost server or a locked file: drop the connection, the next read reconnects.
+            self.close()
+            raise Unavailable(
+                f"the store did not answer a read ({exc}); retry the call",
+                reason="STORE_BUSY",
+                retry_after_seconds=RETRY_AFTER_SECONDS,
+            ) from exc
+
+    def close(self) -> None:
+        """Close the connection (on this worker's thread)."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(sqlite3.Error, psycopg.Error):
+                connection.close()
+
+
+class DirectReads:
+    """A small set of driver connections, each on its own thread, for hot reads.
+
+    Args:
+        url: the store's database URL (any form ``store.engine`` accepts).
+        connections: how many connections (and threads); reads beyond that queue in order.
+        sqlite_busy_timeout_ms: SQLite lock wait (a WAL reader waits only in rare checkpoints).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        connections: int = DEFAULT_READ_CONNECTIONS,
+        sqlite_busy_timeout_ms: int = DEFAULT_SQLITE_BUSY_TIMEOUT_MS,
+    ) -> None:
+        if connections < 1:
+            raise ValueError("direct reads need at least one connection")
+        self.backend = backend_name(url)
+        parsed = make_url(url)
+        if self.backend == "sqlite":
+            if not parsed.database or parsed.database == ":memory:":
+                raise ValueError("direct reads need a SQLite file, not an in-memory database")
+            target = parsed.database
+        else:
+            target = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+        self._workers = [
+            _Worker(self.backend, target, sqlite_busy_timeout_ms) for _ in range(connections)
+        ]
+        self._free: asyncio.Queue[_Worker] | None = None
+        self._closed = False
+
+    async def run(self, read: Callable[[ReadConnection], ResultT]) -> ResultT:
+        """Run the synchronous ``read`` in one read transaction on a free connection's thread.
+
+        A caller cancelled while its read runs leaves the read to finish on its thread; the
+        connection serves the next read after it.
+
+        Raises:
+            domainerrors.Unavailable: ``STORE_BUSY`` when the store did not answer.
+            Exception: whatever ``read`` raised (the transaction has ended).
+        """
+        if self._closed:
+            raise RuntimeError("direct reads are closed")
+        if self._free is None:
+            self._free = asyncio.Queue()
+            for worker in self._workers:
+                self._free.put_nowait(worker)
+        free = self._free
+        worker = await free.get()
+        try:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(worker.executor, worker.run, read)
+        finally:
+            free.put_nowait(worker)
+
+    async def close(self) -> None:
+        """Let running reads finish, then close every connection on its own thread."""
+        if self._closed:
+            return
+        self._closed = True
+        loop = asyncio.get_running_loop()
+        for worker in self._workers:
+            await loop.run_in_executor(worker.executor, worker.close)
+            worker.executor.shutdown(wait=False)
