@@ -15,8 +15,9 @@ event loop pays one hop per read, not per statement.
 Statements are SQLAlchemy Core ``select()`` constructs (the schema stays ``store.models``),
 compiled once per dialect by :class:`ReadQuery` into the driver's SQL; rows come back as
 named tuples whose attributes are the column keys, so the record builders that read ORM rows
-read them too. Every read sees one committed state: SQLite's deferred transaction holds one
-WAL snapshot; Postgres runs ``REPEATABLE READ READ ONLY``.
+read them too. On Postgres a read runs in pipeline mode, and :meth:`ReadConnection.batch` sends
+independent statements in one round trip. Every read sees one committed state: SQLite's
+deferred transaction holds one WAL snapshot; Postgres runs ``REPEATABLE READ READ ONLY``.
 """
 
 from __future__ import annotations
@@ -125,6 +126,21 @@ class ReadConnection:
         decode = compiled.decode
         return [decode(row) for row in rows]
 
+    def batch(self, *calls: tuple[ReadQuery, Mapping[str, Any]]) -> list[list[Any]]:
+        """The rows of several independent statements, in order.
+
+        On Postgres the statements travel in one pipeline (one round trip for all of them),
+        so a read that needs several aggregates should pass them here instead of issuing
+        them one by one; a statement that needs another's result expresses that in SQL (a
+        scalar subquery), not in Python.
+        """
+        sent = []
+        for query, params in calls:
+            compiled = query.compiled(self._backend)
+            cursor = self._connection.execute(compiled.sql, {**compiled.fixed, **params})
+            sent.append((compiled.decode, cursor))
+        return [[decode(row) for row in cursor.fetchall()] for decode, cursor in sent]
+
     def first(self, query: ReadQuery, params: Mapping[str, Any] | None = None) -> Any | None:
         """The first row of ``query`` or ``None``."""
         compiled = query.compiled(self._backend)
@@ -136,9 +152,9 @@ class ReadConnection:
 class _Worker:
     """One thread and the driver connection it alone uses (opened on first use)."""
 
-    def __init__(self, backend: str, target: str, busy_timeout_ms: int) -> None:
+    def __init__(self, index: int, backend: str, target: str, busy_timeout_ms: int) -> None:
         self.backend = backend
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-read")
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"store-read-{index}")
         self._target = target
         self._busy_timeout_ms = busy_timeout_ms
         self._connection: Any = None
@@ -167,7 +183,8 @@ class _Worker:
                 finally:
                     if connection.in_transaction:
                         connection.execute("ROLLBACK")
-            with connection.transaction():
+            # Pipeline mode: BEGIN, the statements of a batch and COMMIT share round trips.
+            with connection.pipeline(), connection.transaction():
                 return read(ReadConnection(self.backend, connection))
         except (sqlite3.OperationalError, psycopg.OperationalError) as exc:
             if isinstance(exc, sqlite3.OperationalError) and (
@@ -217,7 +234,8 @@ class DirectReads:
         else:
             target = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
         self._workers = [
-            _Worker(self.backend, target, sqlite_busy_timeout_ms) for _ in range(connections)
+            _Worker(index, self.backend, target, sqlite_busy_timeout_ms)
+            for index in range(connections)
         ]
         self._free: asyncio.Queue[_Worker] | None = None
         self._closed = False

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
-from sqlalchemy import Table, bindparam, select
+from sqlalchemy import Table, bindparam, false, select
 
 from services.host.model.records import InteractionRecord, SessionRecord, TurnRecord
 from services.host.repository.row_records import (
@@ -49,6 +49,25 @@ _TURN: Final = ReadQuery(
         _T.c.turn_id == bindparam("tid"),
     )
 )
+# The Session's own columns as scalar subqueries, so that the statements of one read do not
+# depend on each other's results and travel together (ReadConnection.batch).
+_ACTIVE_TURN_ID = (
+    select(_S.c.active_turn_id)
+    .where(_S.c.workspace_id == bindparam("ws"), _S.c.session_id == bindparam("sid"))
+    .scalar_subquery()
+)
+_ROOT_ID = (
+    select(_S.c.root_session_id)
+    .where(_S.c.workspace_id == bindparam("ws"), _S.c.session_id == bindparam("sid"))
+    .scalar_subquery()
+)
+_ACTIVE_TURN: Final = ReadQuery(
+    select(_T).where(
+        _T.c.workspace_id == bindparam("ws"),
+        _T.c.session_id == bindparam("sid"),
+        _T.c.turn_id == _ACTIVE_TURN_ID,
+    )
+)
 _TURN_BY_SUBMIT: Final = ReadQuery(
     select(_T).where(
         _T.c.workspace_id == bindparam("ws"),
@@ -80,7 +99,7 @@ _LIVE_TREE: Final = ReadQuery(
     select(_S)
     .where(
         _S.c.workspace_id == bindparam("ws"),
-        _S.c.root_session_id == bindparam("root"),
+        _S.c.root_session_id == _ROOT_ID,
         _S.c.deleted_at_unix_ms.is_(None),
     )
     .order_by(_S.c.created_at_unix_ms, _S.c.session_id)
@@ -92,6 +111,23 @@ _MESSAGE: Final = ReadQuery(
         _M.c.message_id == bindparam("mid"),
     )
 )
+_GUIDED_TURN: Final = ReadQuery(
+    select(_T).where(
+        _T.c.workspace_id == bindparam("ws"),
+        _T.c.session_id == bindparam("sid"),
+        _T.c.turn_id
+        == (
+            select(_M.c.turn_id)
+            .where(
+                _M.c.workspace_id == bindparam("ws"),
+                _M.c.session_id == bindparam("sid"),
+                _M.c.message_id == bindparam("mid"),
+            )
+            .scalar_subquery()
+        ),
+    )
+)
+_NO_TURN: Final = ReadQuery(select(_T).where(false()))
 _MESSAGE_VERSION: Final = ReadQuery(
     select(_S.c.message_version).where(
         _S.c.workspace_id == bindparam("ws"), _S.c.session_id == bindparam("sid")
@@ -158,25 +194,24 @@ def session_read_set(
 ) -> SessionReadSet | None:
     """The Session (live or tombstoned) with its Turns, pending Interactions and live tree."""
     key = {"ws": workspace_id, "sid": session_id}
-    row = conn.first(_SESSION, key)
-    if row is None:
+    sessions, active, latest, pending, tree = conn.batch(
+        (_SESSION, key),
+        (_ACTIVE_TURN, key),
+        (_LATEST_TURN, key),
+        (_PENDING, key),
+        (_LIVE_TREE, key),
+    )
+    if not sessions:
         return None
-    session = session_record(row)
-    active = None
-    if session.active_turn_id is not None:
-        active_row = conn.first(_TURN, {**key, "tid": session.active_turn_id})
-        active = None if active_row is None else turn_record(active_row)
-    latest_row = conn.first(_LATEST_TURN, key)
-    pending = [interaction_record(r) for r in conn.all(_PENDING, key)]
+    session = session_record(sessions[0])
     children: list[SessionRecord] = []
     if session.is_live:
-        tree = conn.all(_LIVE_TREE, {"ws": workspace_id, "root": session.root_session_id})
         children = live_descendants_in_order(session_id, [session_record(r) for r in tree])
     return SessionReadSet(
         session=session,
-        active_turn=active,
-        latest_turn=None if latest_row is None else turn_record(latest_row),
-        pending_interactions=pending,
+        active_turn=turn_record(active[0]) if active else None,
+        latest_turn=turn_record(latest[0]) if latest else None,
+        pending_interactions=[interaction_record(r) for r in pending],
         children=children,
     )
 
@@ -197,19 +232,18 @@ def message_page(
     order; ``None`` when the Session does not exist.
     """
     key = {"ws": workspace_id, "sid": session_id}
-    version = conn.first(_MESSAGE_VERSION, key)
-    if version is None:
-        return None
-    rows = conn.all(
-        _PAGE_DESC if descending else _PAGE_ASC,
-        {
-            **key,
-            "after": _BELOW_EVERY_VERSION if after_version is None else after_version,
-            "before": _ABOVE_EVERY_VERSION if before_version is None else before_version,
-            "limit": limit,
-        },
+    bounds = {
+        **key,
+        "after": _BELOW_EVERY_VERSION if after_version is None else after_version,
+        "before": _ABOVE_EVERY_VERSION if before_version is None else before_version,
+        "limit": limit,
+    }
+    version, rows = conn.batch(
+        (_MESSAGE_VERSION, key), (_PAGE_DESC if descending else _PAGE_ASC, bounds)
     )
-    return int(version.message_version), [message_record(r) for r in rows]
+    if not version:
+        return None
+    return int(version[0].message_version), [message_record(r) for r in rows]
 
 
 @dataclass(frozen=True)
@@ -237,14 +271,16 @@ def submission_rows(
 ) -> SubmissionRows:
     """The rows of the submission ``client_submit_id`` wrote (its message id ``message_id``)."""
     key = {"ws": workspace_id, "sid": session_id}
-    session = conn.first(_SESSION, key)
-    if session is None:
-        return SubmissionRows(None, None, None, None)
-    message = conn.first(_MESSAGE, {**key, "mid": message_id})
-    if message is None:
-        return SubmissionRows(session, None, None, None)
-    submitted = conn.first(_TURN_BY_SUBMIT, {**key, "submit": client_submit_id})
-    guided = None
-    if guidance and message.turn_id is not None:
-        guided = conn.first(_TURN, {**key, "tid": message.turn_id})
-    return SubmissionRows(session, message, submitted, guided)
+    by_id = {**key, "mid": message_id}
+    sessions, messages, submitted, guided = conn.batch(
+        (_SESSION, key),
+        (_MESSAGE, by_id),
+        (_TURN_BY_SUBMIT, {**key, "submit": client_submit_id}),
+        (_GUIDED_TURN, by_id) if guidance else (_NO_TURN, key),
+    )
+    return SubmissionRows(
+        sessions[0] if sessions else None,
+        messages[0] if messages else None,
+        submitted[0] if submitted and messages else None,
+        guided[0] if guided and messages else None,
+    )
