@@ -668,20 +668,7 @@ class BackendRun:
         return self.results
 
     async def _setup(self, stub: host_pb2_grpc.HostServiceAsyncStub, runtime: BenchRuntime) -> None:
-        await stub.RegisterAgentTarget(
-            host_pb2.RegisterAgentTargetRequest(
-                target=host_pb2.AgentTarget(
-                    agent_target_id=TARGET_ID,
-                    provider=PROVIDER,
-                    display_name="Bench",
-                    enabled=True,
-                    launch_ref=host_pb2.AgentLaunchRef(runtime_target_ref="bench:default"),
-                    capabilities=canonical_pb2.RuntimeCapabilities(guidance=True, interrupt=True),
-                    subagents=[host_pb2.SubagentDescriptor(name="explorer", description="Reads")],
-                )
-            ),
-            metadata=metadata("admin"),
-        )
+        await _setup_target(stub)
         await runtime.hello()
         per_series = self.warmup + self.requests
         kinds = [
@@ -879,6 +866,24 @@ def _per_request(series: Series) -> float | None:
     if series.server_cpu_s is None:
         return None
     return series.server_cpu_s * 1000 / len(series.latencies_ms)
+
+
+async def _setup_target(stub: host_pb2_grpc.HostServiceAsyncStub) -> None:
+    """Register the benchmark's agent target (the bench runtime's provider)."""
+    await stub.RegisterAgentTarget(
+        host_pb2.RegisterAgentTargetRequest(
+            target=host_pb2.AgentTarget(
+                agent_target_id=TARGET_ID,
+                provider=PROVIDER,
+                display_name="Bench",
+                enabled=True,
+                launch_ref=host_pb2.AgentLaunchRef(runtime_target_ref="bench:default"),
+                capabilities=canonical_pb2.RuntimeCapabilities(guidance=True, interrupt=True),
+                subagents=[host_pb2.SubagentDescriptor(name="explorer", description="Reads")],
+            )
+        ),
+        metadata=metadata("admin"),
+    )
 
 
 def _submit(session_id: str) -> host_pb2.SendInputRequest:
