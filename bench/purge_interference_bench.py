@@ -8,8 +8,8 @@ database is seeded with ``deletion_bench``'s purge set — 2,000 restorable tomb
 5 Sessions holding 200,000 messages, all past retention — and a real host process
 (``tutti serve host``) is started with a bench runtime on the runtime link that acknowledges
 every command. Foreground traffic is **open-loop**: one ``SendInput new_turn`` (a fresh idle
-Session each) every ``1/--rate`` seconds (default 10/s, well below saturation), whatever the previous ones are doing, as devices
-submit. The phases:
+Session each) every ``1/--rate`` seconds (default 10/s, well below saturation), whatever the
+previous ones are doing, as devices submit. The phases:
 
 1. **idle** — ``--idle-submits`` submits with nothing else running;
 2. **purge** — the same traffic while one task purges over gRPC exactly as the maintenance

@@ -13,15 +13,20 @@ throughput ratio to Host's own path and its CPU time per transaction.
 
 Stacks:
 
-* ``host`` — Host's own read today: ``services.host.sessions.commands.get_session`` through
-  ``HostContext.transact`` (SQLAlchemy ORM ``AsyncSession``, entity rows, records);
+* ``host`` — Host's own read as it is in this checkout:
+  ``services.host.sessions.commands.get_session`` (since ADR 0023 the direct reads of
+  ``store.direct_reads``; before it the ORM ``AsyncSession`` through ``HostContext.transact``);
 * ``core`` — SQLAlchemy Core statements built once, on an ``AsyncConnection`` (no ORM
   session, no identity map), rows read by attribute;
+* ``core-thread`` — the same Core statements on a *sync* engine, the whole transaction in one
+  hop to a thread (four pooled connections);
 * ``sqlite3-thread`` (SQLite) — the standard library driver, the whole transaction in one
   hop to a dedicated thread per connection (four connections), instead of one hop per
   statement as aiosqlite makes;
 * ``psycopg`` (Postgres) — psycopg 3's ``AsyncConnection`` used directly, four connections,
-  server-side prepared statements (``prepare=True``).
+  server-side prepared statements (``prepare=True``);
+* ``psycopg-thread`` (Postgres) — psycopg 3's sync ``Connection``, prepared statements, the
+  transaction in one hop to a dedicated thread per connection (four connections).
 
 The JSON (``bench/results/storage_stack_bench.json``) records the command line and every
 figure.
@@ -193,7 +198,7 @@ def seed(url: str) -> None:
 async def host_stack(
     url: str,
 ) -> tuple[Callable[[], Awaitable[int]], Callable[[], Awaitable[None]]]:
-    """Host's own GetSession read (ORM session, records)."""
+    """Host's own GetSession read (``get_session``, whatever path it takes)."""
     from services.host.context import HostContext
     from services.host.sessions.commands import get_session
     from services.host.wire.command_codec import ProtoCommandCodec

@@ -15,9 +15,8 @@ event loop pays one hop per read, not per statement.
 Statements are SQLAlchemy Core ``select()`` constructs (the schema stays ``store.models``),
 compiled once per dialect by :class:`ReadQuery` into the driver's SQL; rows come back as
 named tuples whose attributes are the column keys, so the record builders that read ORM rows
-read them too. On Postgres a read runs in pipeline mode, and :meth:`ReadConnection.batch` sends
-independent statements in one round trip. Every read sees one committed state: SQLite's
-deferred transaction holds one WAL snapshot; Postgres runs ``REPEATABLE READ READ ONLY``.
+read them too. Every read sees one committed state: SQLite's deferred transaction holds one
+WAL snapshot; Postgres runs ``REPEATABLE READ READ ONLY``.
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeVar
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from sqlalchemy import Boolean
 from sqlalchemy.dialects.postgresql import psycopg as pg_psycopg
 from sqlalchemy.dialects.sqlite import pysqlite
@@ -46,6 +46,10 @@ __all__ = ["DEFAULT_READ_CONNECTIONS", "DirectReads", "ReadConnection", "ReadQue
 
 DEFAULT_READ_CONNECTIONS: Final = 4
 """Driver connections (one thread each) a process keeps for hot reads."""
+PG_CONNECT_TIMEOUT_SECONDS: Final = 5
+"""How long opening a Postgres read connection may take (unless the URL sets its own)."""
+CLOSE_TIMEOUT_SECONDS: Final = 5.0
+"""How long :meth:`DirectReads.close` waits for a running read per connection."""
 
 ResultT = TypeVar("ResultT")
 
@@ -129,10 +133,9 @@ class ReadConnection:
     def batch(self, *calls: tuple[ReadQuery, Mapping[str, Any]]) -> list[list[Any]]:
         """The rows of several independent statements, in order.
 
-        On Postgres the statements travel in one pipeline (one round trip for all of them),
-        so a read that needs several aggregates should pass them here instead of issuing
-        them one by one; a statement that needs another's result expresses that in SQL (a
-        scalar subquery), not in Python.
+        A statement that needs another's result expresses that in SQL (a scalar subquery),
+        so the batch could travel in one round trip; today they run one after another
+        (psycopg's pipeline mode cost more CPU than it saved on a local server, ADR 0023).
         """
         sent = []
         for query, params in calls:
@@ -149,6 +152,20 @@ class ReadConnection:
         return None if row is None else compiled.decode(row)
 
 
+def _unavailable(detail: str) -> Unavailable:
+    return Unavailable(
+        f"{detail}; retry the call", reason="STORE_BUSY", retry_after_seconds=RETRY_AFTER_SECONDS
+    )
+
+
+class _StoreUnavailable(Exception):
+    """Internal: one attempt found the store unavailable (carries the refusal to raise)."""
+
+    def __init__(self, refusal: Unavailable) -> None:
+        super().__init__(str(refusal))
+        self.refusal = refusal
+
+
 class _Worker:
     """One thread and the driver connection it alone uses (opened on first use)."""
 
@@ -162,20 +179,47 @@ class _Worker:
     def _connect(self) -> Any:
         if self.backend == "sqlite":
             connection = sqlite3.connect(self._target, isolation_level=None, check_same_thread=True)
-            connection.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_ms)}")
-            connection.execute("PRAGMA query_only=ON")  # this connection never writes
+            try:
+                connection.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_ms)}")
+                connection.execute("PRAGMA query_only=ON")  # this connection never writes
+            except BaseException:
+                connection.close()
+                raise
             return connection
-        pg = psycopg.Connection.connect(self._target)
+        target = self._target
+        if "connect_timeout" not in conninfo_to_dict(target):
+            target = make_conninfo(target, connect_timeout=PG_CONNECT_TIMEOUT_SECONDS)
+        pg = psycopg.Connection.connect(target)
         pg.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         pg.read_only = True
         return pg
 
     def run(self, read: Callable[[ReadConnection], ResultT]) -> ResultT:
-        """Run ``read`` in one transaction on this thread's connection."""
-        if self._connection is None:
-            self._connection = self._connect()
-        connection = self._connection
+        """Run ``read`` in one transaction on this thread's connection.
+
+        A Postgres connection that sat idle since its last read may have been closed by the
+        server (a restart, an idle timeout): when it turns out broken, the read runs once more
+        on a new connection (a read has no effects to repeat).
+
+        Raises:
+            domainerrors.Unavailable: ``STORE_BUSY``, the store did not answer.
+        """
+        reused = self._connection is not None
         try:
+            return self._attempt(read)
+        except _StoreUnavailable as lost:
+            if not (reused and self.backend == "postgresql"):
+                raise lost.refusal from lost.__cause__
+        try:
+            return self._attempt(read)
+        except _StoreUnavailable as again:
+            raise again.refusal from again.__cause__
+
+    def _attempt(self, read: Callable[[ReadConnection], ResultT]) -> ResultT:
+        try:
+            if self._connection is None:
+                self._connection = self._connect()
+            connection = self._connection
             if self.backend == "sqlite":
                 connection.execute("BEGIN")
                 try:
@@ -183,8 +227,7 @@ class _Worker:
                 finally:
                     if connection.in_transaction:
                         connection.execute("ROLLBACK")
-            # Pipeline mode: BEGIN, the statements of a batch and COMMIT share round trips.
-            with connection.pipeline(), connection.transaction():
+            with connection.transaction():
                 return read(ReadConnection(self.backend, connection))
         except (sqlite3.OperationalError, psycopg.OperationalError) as exc:
             if isinstance(exc, sqlite3.OperationalError) and (
@@ -193,11 +236,8 @@ class _Worker:
                 raise  # a statement the store refused is a bug, not a busy store
             # A lost server or a locked file: drop the connection, the next read reconnects.
             self.close()
-            raise Unavailable(
-                f"the store did not answer a read ({exc}); retry the call",
-                reason="STORE_BUSY",
-                retry_after_seconds=RETRY_AFTER_SECONDS,
-            ) from exc
+            refusal = _unavailable(f"the store did not answer a read ({exc})")
+            raise _StoreUnavailable(refusal) from exc
 
     def close(self) -> None:
         """Close the connection (on this worker's thread)."""
@@ -240,36 +280,58 @@ class DirectReads:
         self._free: asyncio.Queue[_Worker] | None = None
         self._closed = False
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has begun; reads are refused from then on."""
+        return self._closed
+
     async def run(self, read: Callable[[ReadConnection], ResultT]) -> ResultT:
         """Run the synchronous ``read`` in one read transaction on a free connection's thread.
 
-        A caller cancelled while its read runs leaves the read to finish on its thread; the
-        connection serves the next read after it.
+        A caller cancelled while its read runs leaves the read to finish on its thread; its
+        connection is free again only when the read has ended.
 
         Raises:
-            domainerrors.Unavailable: ``STORE_BUSY`` when the store did not answer.
+            domainerrors.Unavailable: ``STORE_BUSY`` when the store did not answer, or the
+                reads are closing (a call racing the process's shutdown).
             Exception: whatever ``read`` raised (the transaction has ended).
         """
         if self._closed:
-            raise RuntimeError("direct reads are closed")
+            raise _unavailable("the store is closing")
+        loop = asyncio.get_running_loop()
         if self._free is None:
             self._free = asyncio.Queue()
             for worker in self._workers:
                 self._free.put_nowait(worker)
         free = self._free
         worker = await free.get()
-        try:
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(worker.executor, worker.run, read)
-        finally:
+        if self.closed:  # closed while this read waited for a connection
             free.put_nowait(worker)
+            raise _unavailable("the store is closing")
 
-    async def close(self) -> None:
-        """Let running reads finish, then close every connection on its own thread."""
+        def release(_: object) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
+                loop.call_soon_threadsafe(free.put_nowait, worker)
+
+        try:
+            done = worker.executor.submit(worker.run, read)
+        except BaseException:
+            free.put_nowait(worker)
+            raise
+        done.add_done_callback(release)
+        return await asyncio.wrap_future(done)
+
+    async def close(self, timeout_seconds: float = CLOSE_TIMEOUT_SECONDS) -> None:
+        """Let running reads finish, then close every connection on its own thread.
+
+        A read still running after ``timeout_seconds`` is left to its thread (daemon-like:
+        the executor is shut down without waiting).
+        """
         if self._closed:
             return
         self._closed = True
-        loop = asyncio.get_running_loop()
         for worker in self._workers:
-            await loop.run_in_executor(worker.executor, worker.close)
+            closing = asyncio.wrap_future(worker.executor.submit(worker.close))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(closing, timeout_seconds)
             worker.executor.shutdown(wait=False)

@@ -8,7 +8,9 @@ and refuses statements it cannot run as compiled.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
+import threading
 from typing import Any, cast
 
 import pytest
@@ -135,37 +137,82 @@ def _terminate_other_backends(engine: Engine) -> None:
         )
 
 
-def test_an_unavailable_store_is_a_typed_refusal_and_the_next_read_reconnects(
+def test_an_unavailable_store_is_refused_typed_and_a_dropped_connection_replaced(
     migrated_db_url: str, sync_engine: Engine, backend: str
 ) -> None:
+    """SQLite: a file another connection locks exclusively refuses the read ``UNAVAILABLE``
+    and the next read, once the lock is gone, succeeds. Postgres: a connection the server
+    dropped (a restart, an idle timeout) is replaced and the read succeeds at once."""
     _add_session(sync_engine, "s-1")
     sync_engine.dispose()
     key = {"ws": "ws-1", "sid": "s-1"}
 
-    async def run() -> tuple[BaseException | None, Any]:
+    async def sqlite_run() -> tuple[BaseException | None, Any]:
         reads = DirectReads(migrated_db_url, connections=1, sqlite_busy_timeout_ms=50)
         try:
-            blocker = None
-            if backend == "sqlite":
-                blocker = _lock_out_readers(migrated_db_url)  # before the first connect
-            else:
-                await reads.run(lambda conn: conn.first(_BY_ID, key))
-                _terminate_other_backends(sync_engine)  # the server drops the connection
+            blocker = _lock_out_readers(migrated_db_url)  # before the first connect
             refused: BaseException | None = None
             try:
                 await reads.run(lambda conn: conn.first(_BY_ID, key))
             except Exception as exc:  # noqa: BLE001 - the test inspects what was raised
                 refused = exc
-            if blocker is not None:
-                blocker.close()
+            blocker.close()
             return refused, await reads.run(lambda conn: conn.first(_BY_ID, key))
         finally:
             await reads.close()
 
-    refused, again = asyncio.run(run())
-    assert isinstance(refused, Unavailable), refused
-    assert refused.reason == "STORE_BUSY"
-    assert again.session_id == "s-1"
+    async def postgres_run() -> tuple[Any, Any]:
+        reads = DirectReads(migrated_db_url, connections=1)
+        try:
+            before = await reads.run(lambda conn: conn.first(_BY_ID, key))
+            _terminate_other_backends(sync_engine)
+            return before, await reads.run(lambda conn: conn.first(_BY_ID, key))
+        finally:
+            await reads.close()
+
+    if backend == "sqlite":
+        refused, again = asyncio.run(sqlite_run())
+        assert isinstance(refused, Unavailable), refused
+        assert refused.reason == "STORE_BUSY"
+        assert again.session_id == "s-1"
+    else:
+        before, after = asyncio.run(postgres_run())
+        assert before.session_id == after.session_id == "s-1"
+
+
+def test_a_cancelled_read_keeps_its_connection_until_it_ends(migrated_db_url: str) -> None:
+    started = threading.Event()
+    release = threading.Event()
+
+    def slow(conn: ReadConnection) -> str:
+        started.set()
+        release.wait(10)
+        return "slow"
+
+    async def run() -> list[str]:
+        reads = DirectReads(migrated_db_url, connections=2)
+        try:
+            caller = asyncio.create_task(reads.run(slow))
+            await asyncio.to_thread(started.wait, 10)
+            caller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await caller
+            # The cancelled read still runs on its connection: the next two reads take the
+            # other connection, one after the other, instead of queueing behind it.
+            order: list[str] = []
+
+            async def quick(name: str) -> None:
+                order.append(await reads.run(lambda conn: name))
+
+            await asyncio.wait_for(asyncio.gather(quick("a"), quick("b")), 5)
+            release.set()
+            order.append(await reads.run(lambda conn: "after"))
+            return order
+        finally:
+            release.set()
+            await reads.close()
+
+    assert asyncio.run(run()) == ["a", "b", "after"]
 
 
 def test_statements_that_expand_parameters_and_closed_reads_are_refused(
@@ -180,7 +227,7 @@ def test_statements_that_expand_parameters_and_closed_reads_are_refused(
         await reads.close()
         await reads.run(lambda conn: conn.all(_TITLES))
 
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(Unavailable, match="closing"):
         asyncio.run(run())
     with pytest.raises(ValueError, match="in-memory"):
         DirectReads("sqlite://")
