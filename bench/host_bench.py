@@ -668,7 +668,7 @@ class BackendRun:
         return self.results
 
     async def _setup(self, stub: host_pb2_grpc.HostServiceAsyncStub, runtime: BenchRuntime) -> None:
-        await _setup_target(stub)
+        await register_target(stub)
         await runtime.hello()
         per_series = self.warmup + self.requests
         kinds = [
@@ -688,26 +688,13 @@ class BackendRun:
         started = time.perf_counter()
         # Setup writes at a modest concurrency: 32 concurrent SQLite writers for minutes can
         # starve one past the 5 s busy timeout (see the README's findings).
-        created = await drive(
-            lambda index: stub.CreateSession(
-                host_pb2.CreateSessionRequest(
-                    workspace_id=WORKSPACE,
-                    agent_target_id=TARGET_ID,
-                    session_id=session_ids[index],
-                    cwd="/nonexistent/bench",
-                    title=f"bench {session_ids[index]}",
-                ),
-                metadata=metadata("admin"),
-            ),
-            len(session_ids),
-            SETUP_CONCURRENCY,
-        )
-        if created.errors:
-            raise RuntimeError(f"CreateSession failed during setup: {created.errors}")
+        await create_sessions(stub, session_ids)
         if "SendInput replay" in self.rpcs and "SendInput new" not in self.rpcs:
 
             async def submit(index: int) -> None:
-                await stub.SendInput(_submit(f"new-c32-{index}"), metadata=metadata("device"))
+                await stub.SendInput(
+                    submit_request(f"new-c32-{index}"), metadata=metadata("device")
+                )
                 self.submitted.append(f"new-c32-{index}")
 
             await drive(submit, per_series, SETUP_CONCURRENCY)
@@ -715,7 +702,7 @@ class BackendRun:
             f"[{self.backend}] created {len(session_ids)} Sessions in "
             f"{time.perf_counter() - started:.1f} s"
         )
-        first = await stub.SendInput(_submit(LIST_SESSION), metadata=metadata("device"))
+        first = await stub.SendInput(submit_request(LIST_SESSION), metadata=metadata("device"))
         turn_id = first.turn.turn_id
         for batch in range(0, LIST_MESSAGES - 1, 50):
             items = [
@@ -745,8 +732,8 @@ class BackendRun:
         page_request = host_pb2.ListSessionMessagesRequest(
             workspace_id=WORKSPACE, session_id=LIST_SESSION, after_version=0, limit=PAGE
         )
-        sample_new = await stub.SendInput(_submit("sample"), metadata=device)
-        sample_replay = await stub.SendInput(_submit("sample"), metadata=device)
+        sample_new = await stub.SendInput(submit_request("sample"), metadata=device)
+        sample_replay = await stub.SendInput(submit_request("sample"), metadata=device)
         assert sample_replay.replayed
         sample_get = await stub.GetSession(get_request, metadata=device)
         sample_page = await stub.ListSessionMessages(page_request, metadata=device)
@@ -762,7 +749,7 @@ class BackendRun:
         def new_turn(concurrency: int) -> Callable[[int], Awaitable[object]]:
             async def call(index: int) -> object:
                 session_id = f"new-c{concurrency}-{index}"
-                response = await stub.SendInput(_submit(session_id), metadata=device)
+                response = await stub.SendInput(submit_request(session_id), metadata=device)
                 assert not response.replayed
                 if concurrency == CONCURRENCIES[-1]:
                     self.submitted.append(session_id)
@@ -772,7 +759,7 @@ class BackendRun:
 
         async def replay(index: int) -> object:
             session_id = self.submitted[index % len(self.submitted)]
-            response = await stub.SendInput(_submit(session_id), metadata=device)
+            response = await stub.SendInput(submit_request(session_id), metadata=device)
             assert response.replayed
             return response
 
@@ -795,7 +782,7 @@ class BackendRun:
                 new_turn(concurrency),
                 raw_submit(concurrency),
                 echo_channel,
-                (_submit("new-c32-0").ByteSize(), sample_new.ByteSize()),
+                (submit_request("new-c32-0").ByteSize(), sample_new.ByteSize()),
             )
         for concurrency in CONCURRENCIES:
             await self._compare(
@@ -804,7 +791,7 @@ class BackendRun:
                 replay,
                 lambda index: storage.replay(self.submitted[index % len(self.submitted)]),
                 echo_channel,
-                (_submit("new-c32-0").ByteSize(), sample_replay.ByteSize()),
+                (submit_request("new-c32-0").ByteSize(), sample_replay.ByteSize()),
             )
         for concurrency in CONCURRENCIES:
             await self._compare(
@@ -868,7 +855,27 @@ def _per_request(series: Series) -> float | None:
     return series.server_cpu_s * 1000 / len(series.latencies_ms)
 
 
-async def _setup_target(stub: host_pb2_grpc.HostServiceAsyncStub) -> None:
+async def create_sessions(stub: host_pb2_grpc.HostServiceAsyncStub, session_ids: list[str]) -> None:
+    """Create idle Sessions of the bench target at ``SETUP_CONCURRENCY``; fail on any error."""
+    created = await drive(
+        lambda index: stub.CreateSession(
+            host_pb2.CreateSessionRequest(
+                workspace_id=WORKSPACE,
+                agent_target_id=TARGET_ID,
+                session_id=session_ids[index],
+                cwd="/nonexistent/bench",
+                title=f"bench {session_ids[index]}",
+            ),
+            metadata=metadata("admin"),
+        ),
+        len(session_ids),
+        SETUP_CONCURRENCY,
+    )
+    if created.errors:
+        raise RuntimeError(f"CreateSession failed during setup: {created.errors}")
+
+
+async def register_target(stub: host_pb2_grpc.HostServiceAsyncStub) -> None:
     """Register the benchmark's agent target (the bench runtime's provider)."""
     await stub.RegisterAgentTarget(
         host_pb2.RegisterAgentTargetRequest(
@@ -886,7 +893,8 @@ async def _setup_target(stub: host_pb2_grpc.HostServiceAsyncStub) -> None:
     )
 
 
-def _submit(session_id: str) -> host_pb2.SendInputRequest:
+def submit_request(session_id: str) -> host_pb2.SendInputRequest:
+    """The benchmark's ``new_turn`` submission to ``session_id`` (one submit id per Session)."""
     return host_pb2.SendInputRequest(
         workspace_id=WORKSPACE,
         session_id=session_id,

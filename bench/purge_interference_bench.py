@@ -37,16 +37,13 @@ import grpc
 from agentactivity.host.v1 import host_pb2, host_pb2_grpc
 from bench.deletion_bench import seed_purge_trees
 from bench.host_bench import (
-    SETUP_CONCURRENCY,
-    TARGET_ID,
-    WORKSPACE,
     BenchRuntime,
-    _setup_target,
-    _submit,
+    create_sessions,
     database,
-    drive,
     metadata,
+    register_target,
     start_host,
+    submit_request,
 )
 from bench.stats import percentile, write_results
 
@@ -75,7 +72,9 @@ async def _open_loop(
     async def one(session_id: str) -> None:
         started = time.perf_counter()
         try:
-            await stub.SendInput(_submit(session_id), metadata=metadata("device"), timeout=60)
+            await stub.SendInput(
+                submit_request(session_id), metadata=metadata("device"), timeout=60
+            )
         except grpc.aio.AioRpcError as error:
             errors[error.code().name] = errors.get(error.code().name, 0) + 1
             return
@@ -139,26 +138,11 @@ async def run_backend(url: str, tmp: Path, rate: float, idle_submits: int) -> di
         async with grpc.aio.insecure_channel(host.address) as channel:
             stub = host_pb2_grpc.HostServiceStub(channel)
             runtime = BenchRuntime(channel)
-            await _setup_target(stub)
+            await register_target(stub)
             await runtime.hello()
             # Enough fresh Sessions for both idle phases and a purge of up to 100 s.
             pool = [f"fg-{index}" for index in range(2 * idle_submits + int(rate * 100))]
-            created = await drive(
-                lambda index: stub.CreateSession(
-                    host_pb2.CreateSessionRequest(
-                        workspace_id=WORKSPACE,
-                        agent_target_id=TARGET_ID,
-                        session_id=pool[index],
-                        cwd="/nonexistent/bench",
-                        title=f"bench {pool[index]}",
-                    ),
-                    metadata=metadata("admin"),
-                ),
-                len(pool),
-                SETUP_CONCURRENCY,
-            )
-            if created.errors:
-                raise RuntimeError(f"CreateSession failed during setup: {created.errors}")
+            await create_sessions(stub, pool)
             first = await _open_loop(stub, pool[:idle_submits], rate, count=idle_submits)
             purge = asyncio.ensure_future(_purge_all(stub))
             rest = pool[idle_submits:-idle_submits]

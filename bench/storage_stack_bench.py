@@ -271,6 +271,33 @@ async def core_thread_stack(
     return read, close
 
 
+def _on_dedicated_threads(
+    transaction: Callable[[], int],
+) -> tuple[Callable[[], Awaitable[int]], Callable[[], Awaitable[None]]]:
+    """Run ``transaction`` on one of ``CONNECTIONS`` single-thread executors, one hop a call.
+
+    Each thread keeps its own connection in a thread-local.
+    """
+    executors = [ThreadPoolExecutor(max_workers=1) for _ in range(CONNECTIONS)]
+    free: asyncio.Queue[ThreadPoolExecutor] = asyncio.Queue()
+    for executor in executors:
+        free.put_nowait(executor)
+    loop = asyncio.get_running_loop()
+
+    async def read() -> int:
+        executor = await free.get()
+        try:
+            return await loop.run_in_executor(executor, transaction)
+        finally:
+            free.put_nowait(executor)
+
+    async def close() -> None:
+        for executor in executors:
+            executor.shutdown()
+
+    return read, close
+
+
 async def sqlite3_stack(
     url: str,
 ) -> tuple[Callable[[], Awaitable[int]], Callable[[], Awaitable[None]]]:
@@ -304,24 +331,7 @@ async def sqlite3_stack(
             conn.execute("ROLLBACK")
         return 1 + len(pending) + len(tree)
 
-    executors = [ThreadPoolExecutor(max_workers=1) for _ in range(CONNECTIONS)]
-    free: asyncio.Queue[ThreadPoolExecutor] = asyncio.Queue()
-    for executor in executors:
-        free.put_nowait(executor)
-    loop = asyncio.get_running_loop()
-
-    async def read() -> int:
-        executor = await free.get()
-        try:
-            return await loop.run_in_executor(executor, transaction)
-        finally:
-            free.put_nowait(executor)
-
-    async def close() -> None:
-        for executor in executors:
-            executor.shutdown()
-
-    return read, close
+    return _on_dedicated_threads(transaction)
 
 
 async def psycopg_stack(
@@ -397,24 +407,7 @@ async def psycopg_thread_stack(
             ).fetchall()
         return 1 + len(pending) + len(tree)
 
-    executors = [ThreadPoolExecutor(max_workers=1) for _ in range(CONNECTIONS)]
-    free: asyncio.Queue[ThreadPoolExecutor] = asyncio.Queue()
-    for executor in executors:
-        free.put_nowait(executor)
-    loop = asyncio.get_running_loop()
-
-    async def read() -> int:
-        executor = await free.get()
-        try:
-            return await loop.run_in_executor(executor, transaction)
-        finally:
-            free.put_nowait(executor)
-
-    async def close() -> None:
-        for executor in executors:
-            executor.shutdown()
-
-    return read, close
+    return _on_dedicated_threads(transaction)
 
 
 FACTORIES = {

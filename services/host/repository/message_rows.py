@@ -8,7 +8,6 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from services.host.repository.changes import ActivityChanges, apply_fields
-from services.host.repository.row_records import MessageRecord, message_record
 from services.host.repository.row_views import MessageRow
 from store.models import Message
 
@@ -53,25 +52,3 @@ class MessageRepository:
             .limit(1)
         )
         return (await self._db.execute(query)).scalar_one_or_none()
-
-    async def page(
-        self,
-        workspace_id: str,
-        session_id: str,
-        *,
-        after_version: int | None,
-        before_version: int | None,
-        limit: int,
-        descending: bool,
-    ) -> list[MessageRecord]:
-        """Up to ``limit`` messages strictly between the version bounds, in version order."""
-        query = select(Message).where(
-            Message.workspace_id == workspace_id, Message.session_id == session_id
-        )
-        if after_version is not None:
-            query = query.where(Message.version > after_version)
-        if before_version is not None:
-            query = query.where(Message.version < before_version)
-        order = Message.version.desc() if descending else Message.version.asc()
-        query = query.order_by(order).limit(limit)
-        return [message_record(row) for row in (await self._db.execute(query)).scalars()]

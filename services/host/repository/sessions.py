@@ -18,15 +18,13 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from services.host.model.records import (
     Capabilities,
-    InteractionRecord,
     SessionRecord,
     SessionSettingsValue,
     TurnRecord,
 )
 from services.host.repository.changes import CREATED, ActivityChanges
-from services.host.repository.hot_reads import live_descendants_in_order
 from services.host.repository.inserts import insert_if_absent
-from services.host.repository.row_records import interaction_record, session_record, turn_record
+from services.host.repository.row_records import session_record, turn_record
 from store.models import Interaction, ResourceCleanupOutbox, Session, Turn
 
 __all__ = [
@@ -207,34 +205,6 @@ class SessionRepository:
         )
         return bool(result.scalar_one())
 
-    async def live_descendants(self, session: SessionRecord) -> list[SessionRecord]:
-        """Every live descendant of ``session``, parents before their children."""
-        rows = (
-            await self._session.execute(
-                select(Session)
-                .where(
-                    Session.workspace_id == session.workspace_id,
-                    Session.root_session_id == session.root_session_id,
-                    Session.deleted_at_unix_ms.is_(None),
-                )
-                .order_by(Session.created_at_unix_ms, Session.session_id)
-            )
-        ).scalars()
-        return live_descendants_in_order(session.session_id, [session_record(r) for r in rows])
-
-    async def get_turn(self, workspace_id: str, session_id: str, turn_id: str) -> TurnRecord | None:
-        """One Turn of a Session."""
-        row = (
-            await self._session.execute(
-                select(Turn).where(
-                    Turn.workspace_id == workspace_id,
-                    Turn.session_id == session_id,
-                    Turn.turn_id == turn_id,
-                )
-            )
-        ).scalar_one_or_none()
-        return None if row is None else turn_record(row)
-
     async def latest_turns(
         self, workspace_id: str, session_ids: Iterable[str]
     ) -> dict[str, TurnRecord]:
@@ -252,26 +222,6 @@ class SessionRepository:
             _LATEST_TURNS, {"workspace_id": workspace_id, "session_ids": ids}
         )
         return {row.session_id: turn_record(row) for row in rows.scalars()}
-
-    async def pending_interactions(
-        self, workspace_id: str, session_id: str
-    ) -> list[InteractionRecord]:
-        """The Session's actionable pending Interactions, oldest first."""
-        rows = (
-            await self._session.execute(
-                select(Interaction)
-                .where(
-                    Interaction.workspace_id == workspace_id,
-                    Interaction.session_id == session_id,
-                    Interaction.status == "pending",
-                    Interaction.actionable.is_(True),
-                )
-                .order_by(
-                    Interaction.created_at_unix_ms, Interaction.turn_id, Interaction.request_id
-                )
-            )
-        ).scalars()
-        return [interaction_record(row) for row in rows]
 
     async def pending_interaction_counts(
         self, workspace_id: str, root_session_ids: Iterable[str]
