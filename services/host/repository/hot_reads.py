@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
-from sqlalchemy import Table, bindparam, false, select
+from sqlalchemy import Table, bindparam, select
 
 from services.host.model.records import InteractionRecord, SessionRecord, TurnRecord
 from services.host.repository.row_records import (
@@ -42,15 +42,8 @@ _M = cast(Table, Message.__table__)
 _SESSION: Final = ReadQuery(
     select(_S).where(_S.c.workspace_id == bindparam("ws"), _S.c.session_id == bindparam("sid"))
 )
-_TURN: Final = ReadQuery(
-    select(_T).where(
-        _T.c.workspace_id == bindparam("ws"),
-        _T.c.session_id == bindparam("sid"),
-        _T.c.turn_id == bindparam("tid"),
-    )
-)
 # The Session's own columns as scalar subqueries, so that the statements of one read do not
-# depend on each other's results and travel together (ReadConnection.batch).
+# depend on each other's results and go to ReadConnection.batch together.
 _ACTIVE_TURN_ID = (
     select(_S.c.active_turn_id)
     .where(_S.c.workspace_id == bindparam("ws"), _S.c.session_id == bindparam("sid"))
@@ -127,7 +120,6 @@ _GUIDED_TURN: Final = ReadQuery(
         ),
     )
 )
-_NO_TURN: Final = ReadQuery(select(_T).where(false()))
 _MESSAGE_VERSION: Final = ReadQuery(
     select(_S.c.message_version).where(
         _S.c.workspace_id == bindparam("ws"), _S.c.session_id == bindparam("sid")
@@ -272,12 +264,15 @@ def submission_rows(
     """The rows of the submission ``client_submit_id`` wrote (its message id ``message_id``)."""
     key = {"ws": workspace_id, "sid": session_id}
     by_id = {**key, "mid": message_id}
-    sessions, messages, submitted, guided = conn.batch(
+    calls = [
         (_SESSION, key),
         (_MESSAGE, by_id),
         (_TURN_BY_SUBMIT, {**key, "submit": client_submit_id}),
-        (_GUIDED_TURN, by_id) if guidance else (_NO_TURN, key),
-    )
+    ]
+    if guidance:
+        calls.append((_GUIDED_TURN, by_id))
+    sessions, messages, submitted, *rest = conn.batch(*calls)
+    guided = rest[0] if rest else []
     return SubmissionRows(
         sessions[0] if sessions else None,
         messages[0] if messages else None,
