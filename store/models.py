@@ -280,6 +280,27 @@ class Session(Base):
     )
 
 
+class SessionListingCount(Base):
+    """How many live root Sessions each listing key holds (HOST-SES-4, ADR 0024).
+
+    One row per (workspace, ``rail_section_key``, ``agent_target_id``, pinned or not); a live
+    root Session (not tombstoned, no parent) counts in exactly one row. ``agent_target_id`` is
+    ``''`` for Sessions without a target. Database triggers on ``sessions`` (migration
+    ``0007_listing_counts``) keep the rows exact in the same transaction as every insert,
+    delete and update that changes membership, whatever code path writes the row, so
+    ``total_count`` of a section or pinned page is a read of a few rows instead of a count of
+    the section. Nothing writes this table directly; rows that drop to 0 stay.
+    """
+
+    __tablename__ = "session_listing_counts"
+
+    workspace_id: Mapped[str] = mapped_column(primary_key=True)
+    rail_section_key: Mapped[str] = mapped_column(primary_key=True)
+    agent_target_id: Mapped[str] = mapped_column(primary_key=True)
+    pinned: Mapped[bool] = mapped_column(primary_key=True)
+    live_roots: Mapped[int]
+
+
 class Turn(Base):
     """One user submission and the agent work it causes (HOST-TURN-*)."""
 
@@ -841,6 +862,33 @@ Index(
     Session.session_id,
     sqlite_where=_LIVE,
     postgresql_where=_LIVE,
+)
+# HOST-SES-4: a section's first page and the pinned page read a page's worth of live *root*
+# entries in page order (0007). The predicates name every visibility term of the listing query,
+# so no filter is left to evaluate row by row and a section full of pinned or child Sessions
+# costs nothing (ADR 0024).
+_UNPINNED_ROOT = text(
+    "deleted_at_unix_ms IS NULL AND parent_session_id IS NULL AND pinned_at_unix_ms IS NULL"
+)
+_PINNED_ROOT = text(
+    "deleted_at_unix_ms IS NULL AND parent_session_id IS NULL AND pinned_at_unix_ms IS NOT NULL"
+)
+Index(
+    "ix_sessions_unpinned_roots",
+    Session.workspace_id,
+    Session.rail_section_key,
+    Session.updated_at_unix_ms.desc(),
+    Session.session_id,
+    sqlite_where=_UNPINNED_ROOT,
+    postgresql_where=_UNPINNED_ROOT,
+)
+Index(
+    "ix_sessions_pinned_roots",
+    Session.workspace_id,
+    Session.updated_at_unix_ms.desc(),
+    Session.session_id,
+    sqlite_where=_PINNED_ROOT,
+    postgresql_where=_PINNED_ROOT,
 )
 # Tree walks (delete closure, purge trees, child Sessions).
 Index("ix_sessions_parent", Session.workspace_id, Session.parent_session_id)

@@ -290,10 +290,17 @@ def test_listing_shows_topmost_tombstones_filtered_ordered_and_paged(
     )
     add_tree(engine, {"p1": None}, section_key="proj-x", updated_at={"p1": 20})
     delete(host, "a", "b", "c", "d", "p1", "lc")
-    page = listing(host, limit=2)
+    page = listing(host, limit=2, include_total_count=True)
     assert [i.session.session_id for i in page.items] == ["a", "b"]
     assert page.total_count == 6
     assert page.next_cursor
+    # Without include_total_count the same page comes back uncounted (ADR 0024).
+    uncounted = listing(host, limit=2)
+    assert [i.session.session_id for i in uncounted.items] == ["a", "b"]
+    assert (uncounted.total_count, uncounted.next_cursor) == (0, page.next_cursor)
+    filtered = listing(host, title_filter="report", include_total_count=True)
+    assert [i.session.session_id for i in filtered.items] == ["a", "c"]
+    assert filtered.total_count == 2
     rest = listing(host, cursor=page.next_cursor, limit=10)
     assert [i.session.session_id for i in rest.items] == ["c", "p1", "d", "lc"]
     assert rest.next_cursor == ""

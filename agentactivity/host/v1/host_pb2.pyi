@@ -1733,7 +1733,11 @@ class SessionPage(_message.Message):
     values (not row ids), never expires, bound to the workspace and listing.
     """
     total_count: _builtins.int
-    """total_count is the size of the whole filtered set, not of this page."""
+    """total_count is the size of the whole filtered set, not of this page. It
+    is read from counts maintained with every write (ADR 0024), so it costs the
+    same at any number of Sessions unless the filter has a `search_query` or
+    `authorized_session_ids`.
+    """
     @_builtins.property
     def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___SessionListItem]:
         """items of this page."""
@@ -3266,6 +3270,7 @@ class ListDeletedSessionsRequest(_message.Message):
     SECTION_KEY_FIELD_NUMBER: _builtins.int
     CURSOR_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
+    INCLUDE_TOTAL_COUNT_FIELD_NUMBER: _builtins.int
     workspace_id: _builtins.str
     """workspace_id whose tombstones are listed."""
     title_filter: _builtins.str
@@ -3276,6 +3281,11 @@ class ListDeletedSessionsRequest(_message.Message):
     """cursor from a previous page; empty for the first page."""
     limit: _builtins.int
     """limit of items; 0 means 50, larger than 200 is clamped, negative is invalid."""
+    include_total_count: _builtins.bool
+    """include_total_count asks for `total_count`. Counting reads every matching
+    tombstone, so a page costs the same at any number of tombstones only
+    without it (ADR 0024); default false.
+    """
     def __init__(
         self,
         *,
@@ -3284,10 +3294,11 @@ class ListDeletedSessionsRequest(_message.Message):
         section_key: _builtins.str | None = ...,
         cursor: _builtins.str = ...,
         limit: _builtins.int = ...,
+        include_total_count: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_section_key", b"_section_key", "_title_filter", b"_title_filter", "section_key", b"section_key", "title_filter", b"title_filter"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_section_key", b"_section_key", "_title_filter", b"_title_filter", "cursor", b"cursor", "limit", b"limit", "section_key", b"section_key", "title_filter", b"title_filter", "workspace_id", b"workspace_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_section_key", b"_section_key", "_title_filter", b"_title_filter", "cursor", b"cursor", "include_total_count", b"include_total_count", "limit", b"limit", "section_key", b"section_key", "title_filter", b"title_filter", "workspace_id", b"workspace_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__section_key: _TypeAlias = _typing.Literal["section_key"]  # noqa: Y015
     _WhichOneofArgType__section_key: _TypeAlias = _typing.Literal["_section_key", b"_section_key"]  # noqa: Y015
@@ -3310,9 +3321,13 @@ class ListDeletedSessionsResponse(_message.Message):
     NEXT_CURSOR_FIELD_NUMBER: _builtins.int
     TOTAL_COUNT_FIELD_NUMBER: _builtins.int
     next_cursor: _builtins.str
-    """next_cursor continues the listing; empty on the last page."""
+    """next_cursor continues the listing; empty on the last page. Whether more
+    pages exist is known from it alone.
+    """
     total_count: _builtins.int
-    """total_count is the size of the whole filtered set."""
+    """total_count is the size of the whole filtered set when the request set
+    `include_total_count`; 0 otherwise.
+    """
     @_builtins.property
     def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeletedSessionItem]:
         """items ordered `updated_at DESC, id ASC`."""

@@ -67,8 +67,11 @@ async def list_deleted_sessions(
     section_key: str | None,
     cursor: str,
     limit: int,
+    include_total_count: bool = False,
 ) -> DeletedPage:
     """Page the workspace's topmost tombstones (HOST-DEL-7).
+
+    ``total_count`` is counted only with ``include_total_count`` (0 otherwise, ADR 0024).
 
     Raises:
         InvalidArgument: a negative limit, a ``title_filter`` longer than the search bound
@@ -90,7 +93,9 @@ async def list_deleted_sessions(
     query = DeletedListingQuery(workspace_id, title_filter or None, section_key)
 
     async def run(scope: HostTransaction) -> DeletedPage:
-        rows, total = await scope.deletion.deleted_page(query, after=after, limit=size + 1)
+        rows, total = await scope.deletion.deleted_page(
+            query, after=after, limit=size + 1, count=include_total_count
+        )
         more = len(rows) > size
         rows = rows[:size]
         forest = Forest(
@@ -119,7 +124,7 @@ async def list_deleted_sessions(
             next_cursor = encode_cursor(
                 workspace_id, LISTING, CursorPosition(last.updated_at_unix_ms, last.session_id)
             )
-        return DeletedPage(items, next_cursor, total)
+        return DeletedPage(items, next_cursor, total or 0)
 
     return await ctx.transact(run, write=False)
 

@@ -2,7 +2,10 @@
 
 :meth:`SessionRepository.root_sessions` is the one listing query behind every Session
 listing RPC (HOST-SES-4): scope, filters and the value cursor are applied in SQL to the whole
-visible set before paging, ``total_count`` and candidate selection.
+visible set before paging, ``total_count`` and candidate selection. A page reads a page's worth
+of entries of ``ix_sessions_unpinned_roots`` / ``ix_sessions_pinned_roots``; ``total_count`` of
+a scope filtered at most by agent target is the sum of a few ``session_listing_counts`` rows,
+which triggers keep exact (ADR 0024), so neither depends on how many Sessions exist.
 """
 
 from __future__ import annotations
@@ -25,13 +28,20 @@ from services.host.model.records import (
 from services.host.repository.changes import CREATED, ActivityChanges
 from services.host.repository.inserts import insert_if_absent
 from services.host.repository.row_records import session_record, turn_record
-from store.models import Interaction, ResourceCleanupOutbox, Session, Turn
+from store.models import (
+    Interaction,
+    ResourceCleanupOutbox,
+    Session,
+    SessionListingCount,
+    Turn,
+)
 
 __all__ = [
     "NewSession",
     "RootSessionPage",
     "RootSessionQuery",
     "SessionRepository",
+    "live_roots_clauses",
     "session_record",
 ]
 
@@ -85,7 +95,7 @@ class RootSessionPage:
     has_more: bool
 
 
-def _live_roots(query: RootSessionQuery) -> list[ColumnElement[bool]]:
+def live_roots_clauses(query: RootSessionQuery) -> list[ColumnElement[bool]]:
     """The WHERE clause of a listing: visibility, scope and filters (HOST-SES-4)."""
     clauses: list[ColumnElement[bool]] = [
         Session.workspace_id == query.workspace_id,
@@ -290,10 +300,7 @@ class SessionRepository:
                 page starts strictly after it in ``updated_at DESC, session_id ASC`` order.
             limit: page size, or ``None`` for the complete set (deletion candidates).
         """
-        clauses = _live_roots(query)
-        total = (
-            await self._session.execute(select(func.count()).select_from(Session).where(*clauses))
-        ).scalar_one()
+        clauses = live_roots_clauses(query)
         page = select(Session).where(*clauses)
         if after is not None:
             updated, session_id = after
@@ -309,4 +316,29 @@ class SessionRepository:
         rows: Sequence[Session] = (await self._session.execute(page)).scalars().all()
         has_more = limit is not None and len(rows) > limit
         kept = rows if limit is None else rows[:limit]
-        return RootSessionPage([session_record(row) for row in kept], int(total), has_more)
+        # The complete set (deletion candidates) is its own count.
+        total = len(rows) if limit is None else await self._total(query, clauses)
+        return RootSessionPage([session_record(row) for row in kept], total, has_more)
+
+    async def _total(self, query: RootSessionQuery, clauses: list[ColumnElement[bool]]) -> int:
+        """``total_count`` of a listing: maintained counts where they answer it (ADR 0024).
+
+        The counts are kept per (workspace, section, agent target, pinned), so any scope
+        filtered at most by agent target is a sum of a few rows. A title query or an
+        authorized id set is a filter no count can be kept for; those count the filtered set
+        (the id set is bounded by ``MAX_AUTHORIZED_IDS`` primary-key lookups, and a title query
+        reads its whole scope for the page anyway).
+        """
+        if query.title_contains or query.session_ids is not None:
+            statement = select(func.count()).select_from(Session).where(*clauses)
+            return int((await self._session.execute(statement)).scalar_one())
+        counts = select(func.coalesce(func.sum(SessionListingCount.live_roots), 0)).where(
+            SessionListingCount.workspace_id == query.workspace_id
+        )
+        if query.section_key is not None:
+            counts = counts.where(SessionListingCount.rail_section_key == query.section_key)
+        if query.pinned is not None:
+            counts = counts.where(SessionListingCount.pinned.is_(query.pinned))
+        if query.agent_target_id is not None:
+            counts = counts.where(SessionListingCount.agent_target_id == query.agent_target_id)
+        return int((await self._session.execute(counts)).scalar_one())

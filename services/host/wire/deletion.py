@@ -79,6 +79,7 @@ class DeletionRpcs:
             section_key=request.section_key if request.HasField("section_key") else None,
             cursor=request.cursor,
             limit=request.limit,
+            include_total_count=request.include_total_count,
         )
         return host_pb2.ListDeletedSessionsResponse(
             items=[
