@@ -292,3 +292,41 @@ def test_a_purge_over_several_scan_pages_takes_trees_in_order_up_to_the_bound(
     assert not second.more_remaining
     assert second.blocked_tree_count == len(ids[::7])
     assert set(sessions(engine)) == set(ids[::7]) | {f"{s}-kid" for s in ids[::7]}
+
+
+@pytest.mark.spec("HOST-DEL-9")
+def test_a_purge_call_slices_its_write_transactions_by_backend(
+    engine: Engine, purger: Purger, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite closes a write transaction at 1,000 rows (one writer); Postgres takes a call whole.
+
+    30 trees of 2 Sessions with 20 messages each (42 rows per tree, 1,260 in all) in one call at
+    maintenance's bounds: SQLite needs two write transactions, Postgres one; every tree whole.
+    """
+    roots = [f"t{i:02d}" for i in range(30)]
+    add_tree(engine, dict.fromkeys(roots) | {f"{root}-kid": root for root in roots})
+    add_messages(engine, [*roots, *(f"{root}-kid" for root in roots)], 20)
+    purger.delete(*roots)
+    batches: list[list[str]] = []
+    real_purge_trees = purge.purge_trees
+
+    async def counted(
+        ctx: HostContext, selections: list[purge.TreeSelection], **kwargs: Any
+    ) -> dict[str, list[str]]:
+        batches.append([s.topmost for s in selections])
+        return await real_purge_trees(ctx, selections, **kwargs)
+
+    monkeypatch.setattr(purge, "purge_trees", counted)
+    report = purger.run(
+        purge.purge_deleted_sessions(
+            purger.ctx, WS, CUTOFF, purge.PurgeBounds(max_trees=100, max_rows=10_000)
+        )
+    )
+    assert (report.purged_tree_count, report.purged_row_count) == (30, 1_260)
+    expected = {"sqlite": [23, 7], "postgres": [30]}[backend]  # 23 x 42 = 966 <= 1,000
+    assert [len(batch) for batch in batches] == expected
+    assert sessions(engine) == {}
+    assert cleanup_rows(engine) == set(report.purged)
+    assert purge.slice_rows(purger.database.url) == (
+        purge.ROWS_PER_TRANSACTION if backend == "sqlite" else purge.POSTGRES_ROWS_PER_TRANSACTION
+    )

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 from dataclasses import dataclass, field
 
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
 from domainerrors import FailedPrecondition, InvalidArgument
@@ -50,6 +51,7 @@ __all__ = [
     "purge_tree",
     "purge_workspace_tombstones",
     "scan_trees",
+    "slice_rows",
 ]
 
 DEFAULT_MAX_TREES = 100
@@ -61,12 +63,23 @@ FIRST_SCAN_BATCH = 250
 TREES_PER_TRANSACTION = 256
 """Small eligible trees removed per write transaction (each tree whole; ADR 0016)."""
 ROWS_PER_TRANSACTION = 1_000
-"""A batch closes before it would exceed this many canonical rows (one big tree goes alone).
+"""SQLite: a batch closes before it would exceed this many canonical rows (one big tree goes
+alone).
 
 The bound is the purge's *slice*: on SQLite a write transaction holds the one write slot, and
 a foreground submit waits for one slice (typically milliseconds) instead of a whole purge call
 (``bench/purge_interference_bench.py``). A single tree larger than the slice is still removed
 in one transaction of its own size: a tree is never split."""
+POSTGRES_ROWS_PER_TRANSACTION = 10_000
+"""Postgres: the slice of a write transaction, in canonical rows.
+
+Postgres has no single writer: a purge transaction locks only the rows of the trees it
+removes (tombstones no foreground call writes), so a longer one delays no submit, and the
+1,000-row slice only multiplied the per-transaction cost (a lock statement, a fenced
+``DELETE``, a commit and the transaction's Python work, ~3 ms each): at maintenance's bounds
+(100 trees / 10,000 rows per call) it made the purge 2-3x slower (``bench/deletion_bench.py``,
+part ``grpc_purge``). 10,000 is maintenance's row bound, so one call is one write transaction;
+larger slices measured within noise of it."""
 CLEANUP_REASON = "purged"
 MANUAL_CLEANUP_REASON = "manual_purge"
 
@@ -220,7 +233,15 @@ async def scan_trees(
                     else:
                         decided[(ws, candidate.session_id)] = ScanItem(candidate, None, verdict)
             chosen = [fence for _, fence in eligible]
-            volumes = await scope.purge.component_volumes(ws, chosen) if chosen else {}
+            # The shapes carry their components' volume; only a tree classified from its rows
+            # (rare) may need its own volume statement.
+            volumes = {
+                generation: (shape.owned_rows, shape.payload_bytes)
+                for generation, shape in shapes.items()
+            }
+            unmeasured = [fence for fence in chosen if fence.generation not in volumes]
+            if unmeasured:
+                volumes.update(await scope.purge.component_volumes(ws, unmeasured))
             members = (
                 await scope.purge.component_members(ws, chosen) if chosen and with_members else {}
             )
@@ -347,7 +368,8 @@ async def purge_deleted_sessions(
     every workspace (a deployment-wide caller only; the wire passes the call's scope).
 
     ``trees_per_transaction`` caps how many small trees share one write transaction (1 gives
-    a transaction per tree); a tree larger than ``ROWS_PER_TRANSACTION`` always goes alone.
+    a transaction per tree); a tree larger than the backend's slice (:func:`slice_rows`) always
+    goes alone.
     """
     purge = _Purge(
         ctx,
@@ -358,6 +380,13 @@ async def purge_deleted_sessions(
         trees_per_transaction=trees_per_transaction,
     )
     return await purge.run()
+
+
+def slice_rows(database_url: str) -> int:
+    """Canonical rows one purge write transaction may take on this backend (a tree is whole)."""
+    if make_url(database_url).get_backend_name() == "postgresql":
+        return POSTGRES_ROWS_PER_TRANSACTION
+    return ROWS_PER_TRANSACTION
 
 
 _Scan = tuple[asyncio.Task[list[ScanItem]], int]
@@ -386,6 +415,7 @@ class _Purge:
         self.report = PurgeReport()
         self._pending: list[TreeSelection] = []
         self._pending_rows = 0
+        self._slice_rows = slice_rows(ctx.database.url)
         self._taken = self._rows = self._size = 0
 
     async def run(self) -> PurgeReport:
@@ -450,7 +480,7 @@ class _Purge:
             self._size += selection.bytes
             if self._pending and (
                 len(self._pending) >= self._trees_per_transaction
-                or self._pending_rows + selection.rows > ROWS_PER_TRANSACTION
+                or self._pending_rows + selection.rows > self._slice_rows
             ):
                 await self._flush()
             self._pending.append(selection)

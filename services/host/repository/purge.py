@@ -7,9 +7,11 @@ reads and removes components **by generation** rather than Session by Session:
 * :meth:`PurgeRepository.component_shapes` aggregates each candidate component in one statement
   (members, the range of ``deleted_at`` and ``component_size``, legacy members, children outside
   the component, members whose parent is outside it), which is enough to decide that the tree
-  of a topmost tombstone is that component and nothing else;
-* :meth:`PurgeRepository.component_volumes` counts the canonical rows and payload bytes a purge
-  would remove, per component;
+  of a topmost tombstone is that component and nothing else, and in the same statement the
+  canonical rows and payload bytes a purge of it would remove (its volume: one pass over the
+  members instead of a second statement over the same rows);
+* :meth:`PurgeRepository.component_volumes` counts the volume alone, for the rare tree the scan
+  classified from its rows;
 * :meth:`PurgeRepository.purge_components` removes components with the fence in the ``DELETE``
   itself — workspace, root, generation **and** exact ``deleted_at`` — and writes their
   resource-cleanup outbox rows in the same transaction (on Postgres in the same statement). It
@@ -87,6 +89,10 @@ class ComponentShape:
     """Children of a member that are not in the component (live, legacy, another generation)."""
     heads: int
     """Members whose parent is not in the component (exactly the topmost in a sound tree)."""
+    owned_rows: int = 0
+    """Turns, Messages and Interactions of the members (the Sessions not included)."""
+    payload_bytes: int = 0
+    """Stored bytes of the members' message payloads."""
 
 
 class PurgeRepository(IdSetStatements):
@@ -142,6 +148,7 @@ class PurgeRepository(IdSetStatements):
             parent.c.session_id == member.c.parent_session_id,
             parent.c.deletion_generation == member.c.deletion_generation,
         )
+        owned_rows, payload_bytes, source = self._member_volume()
         shapes: dict[str, ComponentShape] = {}
         for chunk in self._chunks(fences):
             statement = (
@@ -155,7 +162,10 @@ class PurgeRepository(IdSetStatements):
                     func.sum(case((member.c.tombstone_legacy, 1), else_=0)),
                     func.sum(case((foreign_child, 1), else_=0)),
                     func.sum(case((parent_inside, 0), else_=1)),
+                    func.sum(owned_rows),
+                    func.sum(payload_bytes),
                 )
+                .select_from(source)
                 .where(member.c.workspace_id == workspace_id, self._in_components(member, chunk))
                 .group_by(member.c.deletion_generation)
             )
@@ -167,8 +177,56 @@ class PurgeRepository(IdSetStatements):
                     legacy_members=int(row[6]),
                     foreign_children=int(row[7]),
                     heads=int(row[8]),
+                    owned_rows=int(row[9] or 0),
+                    payload_bytes=int(row[10] or 0),
                 )
         return shapes
+
+    def _member_volume(self) -> tuple[ColumnElement[int], ColumnElement[int], Any]:
+        """Per member of ``_member``: owned rows, payload bytes, and the FROM they need.
+
+        Correlated per member, so each member's index range is probed once; on Postgres the
+        member's messages are read once for both their count and their bytes (``LATERAL``),
+        SQLite has no ``LATERAL`` and probes the range twice (count, then bytes).
+        """
+
+        def count(model: Any) -> ColumnElement[int]:
+            return (
+                select(func.count())
+                .where(
+                    model.workspace_id == _member.c.workspace_id,
+                    model.session_id == _member.c.session_id,
+                )
+                .scalar_subquery()
+            )
+
+        others = count(Turn) + count(Interaction)
+        if self._postgres:
+            messages = (
+                select(
+                    func.count().label("rows"),
+                    func.coalesce(func.sum(self._payload_bytes()), 0).label("bytes"),
+                )
+                .where(
+                    Message.workspace_id == _member.c.workspace_id,
+                    Message.session_id == _member.c.session_id,
+                )
+                .lateral("owned_messages")
+            )
+            return (
+                messages.c.rows + others,
+                messages.c.bytes,
+                _member.join(messages, literal(True)),
+            )
+        size = (
+            select(func.coalesce(func.sum(self._payload_bytes()), 0))
+            .where(
+                Message.workspace_id == _member.c.workspace_id,
+                Message.session_id == _member.c.session_id,
+            )
+            .scalar_subquery()
+        )
+        return count(Message) + others, size, _member
 
     def _payload_bytes(self) -> ColumnElement[int]:
         """Stored UTF-8 bytes of a message payload, the same on both backends.
