@@ -208,19 +208,26 @@ def explain(url: str) -> dict[str, list[str]]:
     from sqlalchemy import func, select
 
     from services.host.repository.deletion import DeletedListingQuery, DeletionRepository
-    from services.host.repository.sessions import RootSessionQuery, live_roots_clauses
+    from services.host.repository.sessions import (
+        RootSessionQuery,
+        live_roots_clauses,
+        page_source,
+    )
 
     engine = create_engine(url)
     statements: dict[str, Any] = {}
     section = RootSessionQuery(WORKSPACE, section_key=PROJECTS[0], pinned=False)
     pinned = RootSessionQuery(WORKSPACE, pinned=True)
     for name, query in (("section", section), ("pinned", pinned)):
-        clauses = live_roots_clauses(query)
-        statements[f"{name} count"] = select(func.count()).select_from(Session).where(*clauses)
+        # The filtered count only a title query or an id set still runs (ADR 0024).
+        statements[f"{name} full count"] = (
+            select(func.count()).select_from(Session).where(*live_roots_clauses(query))
+        )
+        source = page_source(query)
         statements[f"{name} page"] = (
-            select(Session)
-            .where(*clauses)
-            .order_by(Session.updated_at_unix_ms.desc(), Session.session_id.asc())
+            select(source)
+            .where(*live_roots_clauses(query, source))
+            .order_by(source.updated_at_unix_ms.desc(), source.session_id.asc())
             .limit(PAGE_SIZE + 1)
         )
     deletion = DeletionRepository.__new__(DeletionRepository)

@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import Engine, delete, func, insert, select, update
 
 from agentactivity.host.v1 import host_pb2
+from services.host.repository.sessions import RootSessionQuery, live_roots_clauses, page_source
 from store import migrate
 from store.engine import create_sync_engine_for
 from store.models import CONVERSATIONS_SECTION_KEY, Session, SessionListingCount
@@ -256,3 +257,62 @@ def test_the_migration_counts_the_existing_sessions(empty_db_url: str) -> None:
         assert maintained(engine) == recount(engine)
     finally:
         engine.dispose()
+
+
+@pytest.mark.spec("HOST-SES-4")
+def test_pages_read_the_listing_indexes_even_with_planner_statistics(
+    backend: str, sync_engine: Engine
+) -> None:
+    """After ``ANALYZE`` SQLite would read the workspace through ``ix_sessions_parent``."""
+    if backend != "sqlite":
+        pytest.skip("INDEXED BY is SQLite's; Postgres plans from real NULL statistics")
+    # The shape that misleads the planner: thousands of roots, a few with a child.
+    roots = [
+        row(
+            f"s-{n:04d}",
+            rail_section_key=f"p-{n % 3}",
+            pinned_at_unix_ms=n if n % 50 == 0 else None,
+        )
+        for n in range(2000)
+    ]
+    children = [
+        row(f"c-{n:04d}", parent_session_id=f"s-{n:04d}", root_session_id=f"s-{n:04d}")
+        for n in range(1, 2000, 20)
+    ]
+    with sync_engine.begin() as connection:
+        connection.execute(insert(Session), roots)
+        connection.execute(insert(Session), children)
+        connection.exec_driver_sql("ANALYZE")
+    for query, index, misled in (
+        (
+            RootSessionQuery("ws-1", section_key="p-1", pinned=False),
+            "ix_sessions_unpinned_roots",
+            True,
+        ),
+        (RootSessionQuery("ws-1", pinned=True), "ix_sessions_pinned_roots", False),
+    ):
+        source = page_source(query)
+        statement = (
+            select(source)
+            .where(*live_roots_clauses(query, source))
+            .order_by(source.updated_at_unix_ms.desc(), source.session_id.asc())
+            .limit(51)
+        )
+        with sync_engine.connect() as connection:
+            sql = str(
+                statement.compile(
+                    dialect=connection.dialect, compile_kwargs={"literal_binds": True}
+                )
+            )
+            plan = " ".join(
+                str(r[-1]) for r in connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}")
+            )
+            # Without the hint the same statement goes through ix_sessions_parent and sorts.
+            unhinted = sql.replace(f" INDEXED BY {index}", "")
+            bare = " ".join(
+                str(r[-1]) for r in connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {unhinted}")
+            )
+        assert index in plan, plan
+        assert "TEMP B-TREE" not in plan, plan
+        if misled:  # shows the test can fail: what the section page would read unhinted
+            assert index not in bare, "the statistics no longer mislead; is the hint needed?"

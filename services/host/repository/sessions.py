@@ -3,7 +3,8 @@
 :meth:`SessionRepository.root_sessions` is the one listing query behind every Session
 listing RPC (HOST-SES-4): scope, filters and the value cursor are applied in SQL to the whole
 visible set before paging, ``total_count`` and candidate selection. A page reads a page's worth
-of entries of ``ix_sessions_unpinned_roots`` / ``ix_sessions_pinned_roots``; ``total_count`` of
+of entries of ``ix_sessions_unpinned_roots`` / ``ix_sessions_pinned_roots`` (named with
+``INDEXED BY`` on SQLite, ``repository.listing_indexes``); ``total_count`` of
 a scope filtered at most by agent target is the sum of a few ``session_listing_counts`` rows,
 which triggers keep exact (ADR 0024), so neither depends on how many Sessions exist.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from sqlalchemy import and_, bindparam, exists, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -27,6 +28,7 @@ from services.host.model.records import (
 )
 from services.host.repository.changes import CREATED, ActivityChanges
 from services.host.repository.inserts import insert_if_absent
+from services.host.repository.listing_indexes import PINNED_ROOTS, UNPINNED_ROOTS
 from services.host.repository.row_records import session_record, turn_record
 from store.models import (
     Interaction,
@@ -42,6 +44,7 @@ __all__ = [
     "RootSessionQuery",
     "SessionRepository",
     "live_roots_clauses",
+    "page_source",
     "session_record",
 ]
 
@@ -95,28 +98,45 @@ class RootSessionPage:
     has_more: bool
 
 
-def live_roots_clauses(query: RootSessionQuery) -> list[ColumnElement[bool]]:
-    """The WHERE clause of a listing: visibility, scope and filters (HOST-SES-4)."""
+def live_roots_clauses(query: RootSessionQuery, entity: Any = Session) -> list[ColumnElement[bool]]:
+    """The WHERE clause of a listing: visibility, scope and filters (HOST-SES-4).
+
+    Args:
+        query: the listing's scope and filters.
+        entity: ``Session`` or one of the ``listing_indexes`` aliases of it.
+    """
     clauses: list[ColumnElement[bool]] = [
-        Session.workspace_id == query.workspace_id,
-        Session.deleted_at_unix_ms.is_(None),
-        Session.parent_session_id.is_(None),
+        entity.workspace_id == query.workspace_id,
+        entity.deleted_at_unix_ms.is_(None),
+        entity.parent_session_id.is_(None),
     ]
     if query.section_key is not None:
-        clauses.append(Session.rail_section_key == query.section_key)
+        clauses.append(entity.rail_section_key == query.section_key)
     if query.pinned is True:
-        clauses.append(Session.pinned_at_unix_ms.is_not(None))
+        clauses.append(entity.pinned_at_unix_ms.is_not(None))
     elif query.pinned is False:
-        clauses.append(Session.pinned_at_unix_ms.is_(None))
+        clauses.append(entity.pinned_at_unix_ms.is_(None))
     if query.agent_target_id is not None:
-        clauses.append(Session.agent_target_id == query.agent_target_id)
+        clauses.append(entity.agent_target_id == query.agent_target_id)
     if query.title_contains:
         clauses.append(
-            func.lower(Session.title).contains(query.title_contains.lower(), autoescape=True)
+            func.lower(entity.title).contains(query.title_contains.lower(), autoescape=True)
         )
     if query.session_ids is not None:
-        clauses.append(Session.session_id.in_(sorted(query.session_ids)))
+        clauses.append(entity.session_id.in_(sorted(query.session_ids)))
     return clauses
+
+
+def page_source(query: RootSessionQuery) -> Any:
+    """What a listing page reads: a listing index's alias where one serves its order."""
+    if query.session_ids is not None:
+        # An authorized id set is best served by its primary-key lookups; let the planner.
+        return Session
+    if query.pinned is True:
+        return PINNED_ROOTS
+    if query.pinned is False and query.section_key is not None:
+        return UNPINNED_ROOTS
+    return Session
 
 
 # Prebuilt: a Session listing and GetSession read the latest Turn on every call, and building
@@ -300,27 +320,27 @@ class SessionRepository:
                 page starts strictly after it in ``updated_at DESC, session_id ASC`` order.
             limit: page size, or ``None`` for the complete set (deletion candidates).
         """
-        clauses = live_roots_clauses(query)
-        page = select(Session).where(*clauses)
+        source = page_source(query)
+        page = select(source).where(*live_roots_clauses(query, source))
         if after is not None:
             updated, session_id = after
             page = page.where(
                 or_(
-                    Session.updated_at_unix_ms < updated,
-                    and_(Session.updated_at_unix_ms == updated, Session.session_id > session_id),
+                    source.updated_at_unix_ms < updated,
+                    and_(source.updated_at_unix_ms == updated, source.session_id > session_id),
                 )
             )
-        page = page.order_by(Session.updated_at_unix_ms.desc(), Session.session_id.asc())
+        page = page.order_by(source.updated_at_unix_ms.desc(), source.session_id.asc())
         if limit is not None:
             page = page.limit(limit + 1)
         rows: Sequence[Session] = (await self._session.execute(page)).scalars().all()
         has_more = limit is not None and len(rows) > limit
         kept = rows if limit is None else rows[:limit]
         # The complete set (deletion candidates) is its own count.
-        total = len(rows) if limit is None else await self._total(query, clauses)
+        total = len(rows) if limit is None else await self._total(query)
         return RootSessionPage([session_record(row) for row in kept], total, has_more)
 
-    async def _total(self, query: RootSessionQuery, clauses: list[ColumnElement[bool]]) -> int:
+    async def _total(self, query: RootSessionQuery) -> int:
         """``total_count`` of a listing: maintained counts where they answer it (ADR 0024).
 
         The counts are kept per (workspace, section, agent target, pinned), so any scope
@@ -330,7 +350,7 @@ class SessionRepository:
         reads its whole scope for the page anyway).
         """
         if query.title_contains or query.session_ids is not None:
-            statement = select(func.count()).select_from(Session).where(*clauses)
+            statement = select(func.count()).select_from(Session).where(*live_roots_clauses(query))
             return int((await self._session.execute(statement)).scalar_one())
         counts = select(func.coalesce(func.sum(SessionListingCount.live_roots), 0)).where(
             SessionListingCount.workspace_id == query.workspace_id
