@@ -198,8 +198,8 @@ def start_echo(tmp: Path) -> ServerProcess:
     )
 
 
-def start_host(tmp: Path, url: str) -> ServerProcess:
-    """Start ``tutti serve host`` on 127.0.0.1 with the benchmark's tokens."""
+def start_host(tmp: Path, url: str, extra_env: dict[str, str] | None = None) -> ServerProcess:
+    """Start ``tutti serve host`` on 127.0.0.1 with the benchmark's tokens (and ``extra_env``)."""
     tokens = tmp / "tokens.yaml"
     tokens.write_text(
         yaml.safe_dump(
@@ -227,6 +227,7 @@ def start_host(tmp: Path, url: str) -> ServerProcess:
         TUTTI_DRAIN_DELAY_SECONDS="0",
         TUTTI_GRACE_PERIOD_SECONDS="5",
         TUTTI_LOG_FORMAT="text",
+        **(extra_env or {}),
     )
     return ServerProcess.start(
         [sys.executable, "-m", "tutti", "serve", "host", "--port-file", str(port_file)],

@@ -61,6 +61,17 @@ class ServerSettings(BaseSettings):
     """On SQLite, how long a write waits in this process's first-come-first-served write
     queue before ``UNAVAILABLE`` ``STORE_BUSY`` (with ``RetryInfo``); ignored on Postgres."""
 
+    sqlite_group_commit: bool = True
+    """On SQLite, concurrent write transactions of this process share one commit, each in its
+    own savepoint and with its own outcome (``store.write_queue``); off, each commits alone
+    (``TUTTI_SQLITE_GROUP_COMMIT``); ignored on Postgres."""
+
+    sqlite_synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
+    """On SQLite, ``PRAGMA synchronous`` in WAL mode (``TUTTI_SQLITE_SYNCHRONOUS``): ``NORMAL``
+    keeps every commit atomic and may lose the newest commits on a power loss; ``FULL`` keeps
+    every acknowledged commit, at an ``fsync`` per commit that group commit shares (ADR 0025).
+    Ignored on Postgres."""
+
     auth_tokens_file: Path | None = None
     """YAML/JSON bearer-token registry (see docs/auth.md); unset means
     ``<data_dir>/auth/tokens.yaml`` when it exists, otherwise every call is refused."""

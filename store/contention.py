@@ -20,7 +20,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from domainerrors import Aborted, DomainError, Unavailable
-from store.engine import SqliteWriteSlotTimeout
+from store.write_queue import GroupRolledBack, SqliteWriteSlotTimeout
 
 __all__ = ["RETRY_AFTER_SECONDS", "retryable_error"]
 
@@ -45,6 +45,9 @@ def retryable_error(exc: BaseException) -> DomainError | None:
     """
     if isinstance(exc, SqliteWriteSlotTimeout):
         return _busy(str(exc))
+    if isinstance(exc, GroupRolledBack):
+        # Another member of the shared commit left it unusable; this one did nothing wrong.
+        return _conflict(str(exc), {})
     if isinstance(exc, PoolTimeout):
         # Every pooled connection stayed busy for the pool timeout: the store is saturated.
         return _busy("no database connection came free in time")
@@ -59,15 +62,20 @@ def retryable_error(exc: BaseException) -> DomainError | None:
         return _busy(str(orig)) if busy else None
     sqlstate = getattr(orig, "sqlstate", None)
     if sqlstate in _PG_CONFLICT_STATES:
-        return Aborted(
-            "the store aborted the transaction to resolve a conflict; retry the call",
-            reason="STORE_CONFLICT",
-            metadata={"sqlstate": str(sqlstate)},
-            retry_after_seconds=RETRY_AFTER_SECONDS,
-        )
+        return _conflict("", {"sqlstate": str(sqlstate)})
     if sqlstate in _PG_BUSY_STATES:
         return _busy(f"lock not available (sqlstate {sqlstate})")
     return None
+
+
+def _conflict(detail: str, metadata: dict[str, str]) -> Aborted:
+    return Aborted(
+        "the store aborted the transaction to resolve a conflict; retry the call"
+        + (f" ({detail})" if detail else ""),
+        reason="STORE_CONFLICT",
+        metadata=metadata,
+        retry_after_seconds=RETRY_AFTER_SECONDS,
+    )
 
 
 def _busy(detail: str) -> Unavailable:

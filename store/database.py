@@ -25,10 +25,17 @@ class Database:
     """Owns one :class:`AsyncEngine`; use :meth:`start` / :meth:`stop` as server hooks."""
 
     def __init__(
-        self, url: str, *, sqlite_write_queue_seconds: float = DEFAULT_SQLITE_WRITE_QUEUE_SECONDS
+        self,
+        url: str,
+        *,
+        sqlite_write_queue_seconds: float = DEFAULT_SQLITE_WRITE_QUEUE_SECONDS,
+        sqlite_group_commit: bool = True,
+        sqlite_synchronous: str = "NORMAL",
     ) -> None:
         self.url = url
         self.sqlite_write_queue_seconds = sqlite_write_queue_seconds
+        self.sqlite_group_commit = sqlite_group_commit
+        self.sqlite_synchronous = sqlite_synchronous
         self._engine: AsyncEngine | None = None
         self._reads: DirectReads | None = None
 
@@ -60,7 +67,10 @@ class Database:
                 "run `tutti migrate` first"
             )
         self._engine = create_async_engine_for(
-            self.url, sqlite_write_queue_seconds=self.sqlite_write_queue_seconds
+            self.url,
+            sqlite_write_queue_seconds=self.sqlite_write_queue_seconds,
+            sqlite_group_commit=self.sqlite_group_commit,
+            sqlite_synchronous=self.sqlite_synchronous,
         )
         self._reads = DirectReads(self.url)
 

@@ -13,7 +13,6 @@ work as documented (see :data:`SQLITE_BEGIN_OPTION`).
 
 from __future__ import annotations
 
-import asyncio
 import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,6 +22,8 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
+
+from store.write_queue import SqliteWriteSlotTimeout, WriteQueue
 
 __all__ = [
     "DEFAULT_SQLITE_BUSY_TIMEOUT_MS",
@@ -34,6 +35,7 @@ __all__ = [
     "backend_name",
     "create_async_engine_for",
     "create_sync_engine_for",
+    "sqlite_write_queue",
     "sqlite_write_slot",
     "sync_url",
 ]
@@ -107,79 +109,46 @@ def async_url(url: str | URL) -> str:
     return parsed.set(drivername=driver).render_as_string(hide_password=False)
 
 
-class SqliteWriteSlotTimeout(TimeoutError):
-    """This process's write queue did not admit the transaction (waited too long, or full)."""
+_WRITE_GATES: weakref.WeakKeyDictionary[Engine, WriteQueue] = weakref.WeakKeyDictionary()
+"""The write line (``store.write_queue``) of every async SQLite engine, by its sync engine."""
 
 
-class _WriteGate:
-    """The queue of one SQLite engine's write transactions in this process.
-
-    SQLite admits one writer at a time. Without a queue, concurrent ``BEGIN IMMEDIATE`` calls
-    wait in SQLite's busy handler, which sleeps and polls: latency grows with the number of
-    writers and a writer can starve past the busy timeout. Writers of this process therefore
-    queue on an ``asyncio.Lock`` (first come, first served) and only the head of the queue
-    talks to SQLite; other processes on the same file still meet the busy timeout.
-    """
-
-    def __init__(self, timeout_seconds: float, max_waiting: int) -> None:
-        self.timeout_seconds = timeout_seconds
-        self.max_waiting = max_waiting
-        self.waiting = 0
-        # One lock per event loop: an asyncio.Lock belongs to the loop that first waits on it.
-        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    def lock(self) -> asyncio.Lock:
-        loop = asyncio.get_running_loop()
-        lock = self._locks.get(loop)
-        if lock is None:
-            lock = self._locks[loop] = asyncio.Lock()
-        return lock
-
-
-_WRITE_GATES: weakref.WeakKeyDictionary[Engine, _WriteGate] = weakref.WeakKeyDictionary()
+def sqlite_write_queue(engine: AsyncEngine) -> WriteQueue | None:
+    """The write line of a SQLite ``engine`` in this process; ``None`` on Postgres."""
+    return _WRITE_GATES.get(engine.sync_engine)
 
 
 @asynccontextmanager
 async def sqlite_write_slot(engine: AsyncEngine) -> AsyncIterator[None]:
-    """Hold this process's write slot of a SQLite ``engine`` (a no-op on Postgres).
+    """Hold this process's SQLite writer alone (a no-op on Postgres).
 
-    Every write transaction of an async SQLite engine begins inside this context (the
-    ``store.transactions`` helpers do it), so this process's writers queue in order instead of
-    polling SQLite's lock. Holding it while already holding it on the same engine would wait
-    for itself: never nest write transactions.
+    For write transactions that begin their own ``BEGIN IMMEDIATE`` (maintenance, the
+    reference stores, compaction): they wait in the same line as every other writer of this
+    process instead of polling SQLite's lock. ``TransactionRunner`` writes join group commits
+    instead (``store.write_queue``). Holding it while already holding it on the same engine
+    would wait for itself: never nest write transactions.
 
     Raises:
         SqliteWriteSlotTimeout: the slot did not come free within the queue timeout, or the
             queue already holds its maximum of waiting writers.
     """
-    gate = _WRITE_GATES.get(engine.sync_engine)
-    if gate is None:
+    queue = _WRITE_GATES.get(engine.sync_engine)
+    if queue is None:
         yield
         return
-    lock = gate.lock()
-    if lock.locked() and gate.waiting >= gate.max_waiting:
-        raise SqliteWriteSlotTimeout(
-            f"the SQLite write queue is full ({gate.waiting} writers waiting)"
-        )
-    gate.waiting += 1
-    try:
-        async with asyncio.timeout(gate.timeout_seconds):
-            await lock.acquire()
-    except TimeoutError as exc:
-        raise SqliteWriteSlotTimeout(
-            f"no SQLite write slot within {gate.timeout_seconds:g} s"
-        ) from exc
-    finally:
-        gate.waiting -= 1
-    try:
+    async with queue.exclusive():
         yield
-    finally:
-        lock.release()
 
 
-def _install_sqlite_listeners(engine: Engine, busy_timeout_ms: int) -> None:
+SQLITE_SYNCHRONOUS_MODES: Final = frozenset({"NORMAL", "FULL"})
+"""Accepted ``PRAGMA synchronous`` settings (WAL mode): ``NORMAL`` keeps every commit atomic
+and loses at most the newest commits on a power loss; ``FULL`` also makes every acknowledged
+commit survive one, at an ``fsync`` per commit (shared by a group commit)."""
+
+
+def _install_sqlite_listeners(
+    engine: Engine, busy_timeout_ms: int, synchronous: str = "NORMAL"
+) -> None:
     """Configure every new SQLite DBAPI connection and take over BEGIN from the driver."""
 
     @event.listens_for(engine, "connect")
@@ -193,8 +162,9 @@ def _install_sqlite_listeners(engine: Engine, busy_timeout_ms: int) -> None:
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
             # In WAL mode NORMAL keeps every commit atomic; a power loss can only lose the
-            # newest commits (the state before them), never tear one (STORE-3).
-            cursor.execute("PRAGMA synchronous=NORMAL")
+            # newest commits (the state before them), never tear one (STORE-3). FULL also
+            # keeps every acknowledged commit (ADR 0025).
+            cursor.execute(f"PRAGMA synchronous={synchronous}")
         finally:
             cursor.close()
 
@@ -240,6 +210,8 @@ def create_async_engine_for(
     sqlite_busy_timeout_ms: int = DEFAULT_SQLITE_BUSY_TIMEOUT_MS,
     sqlite_write_queue_seconds: float = DEFAULT_SQLITE_WRITE_QUEUE_SECONDS,
     sqlite_write_queue_depth: int = DEFAULT_SQLITE_WRITE_QUEUE_DEPTH,
+    sqlite_group_commit: bool = True,
+    sqlite_synchronous: str = "NORMAL",
     **engine_kwargs: Any,
 ) -> AsyncEngine:
     """Create a configured asyncio engine (used by the services).
@@ -251,17 +223,30 @@ def create_async_engine_for(
             process holding the write lock).
         sqlite_write_queue_seconds: how long a write waits in this process's write queue.
         sqlite_write_queue_depth: how many writes may wait in that queue at once.
+        sqlite_group_commit: concurrent ``TransactionRunner`` writes share commits
+            (``store.write_queue``); off, each commits alone.
+        sqlite_synchronous: ``PRAGMA synchronous`` (:data:`SQLITE_SYNCHRONOUS_MODES`).
         **engine_kwargs: passed to :func:`sqlalchemy.ext.asyncio.create_async_engine`.
 
     Returns:
         The engine. The caller disposes it (``await engine.dispose()``).
+
+    Raises:
+        ValueError: ``sqlite_synchronous`` is not an accepted mode.
     """
     normalized = async_url(url)
     if backend_name(normalized) == "sqlite":
+        synchronous = sqlite_synchronous.upper()
+        if synchronous not in SQLITE_SYNCHRONOUS_MODES:
+            raise ValueError(
+                f"sqlite_synchronous must be one of {sorted(SQLITE_SYNCHRONOUS_MODES)}"
+            )
         engine = create_async_engine(normalized, echo=echo, **engine_kwargs)
-        _install_sqlite_listeners(engine.sync_engine, sqlite_busy_timeout_ms)
-        _WRITE_GATES[engine.sync_engine] = _WriteGate(
-            sqlite_write_queue_seconds, sqlite_write_queue_depth
+        _install_sqlite_listeners(engine.sync_engine, sqlite_busy_timeout_ms, synchronous)
+        _WRITE_GATES[engine.sync_engine] = WriteQueue(
+            sqlite_write_queue_seconds,
+            sqlite_write_queue_depth,
+            group_commit=sqlite_group_commit,
         )
         return engine
     engine_kwargs.setdefault("pool_pre_ping", True)

@@ -39,7 +39,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from domainerrors import DomainError
 from store.contention import retryable_error
-from store.engine import SQLITE_BEGIN_OPTION, sqlite_write_slot
+from store.engine import SQLITE_BEGIN_OPTION, sqlite_write_queue, sqlite_write_slot
+from store.write_queue import GroupMember
 
 __all__ = [
     "CommitHook",
@@ -208,11 +209,13 @@ class TransactionRunner(Generic[ScopeT]):
             before_commit: runs last in the transaction, after every participant (so it sees
                 everything the transaction wrote), with the command's scope; the hook it
                 returns runs first after the commit (an outbox's append and publication).
-            write: the transaction writes. On SQLite it then waits for this process's write
-                slot (``store.engine.sqlite_write_slot``: writers queue instead of polling
-                SQLite's lock) and begins ``IMMEDIATE`` (takes the write lock up front, so a
-                read-then-write cannot fail on a stale snapshot). Post-commit hooks run after
-                the slot is released.
+            write: the transaction writes. On SQLite it then waits in this process's write
+                line (``store.write_queue``: writers queue instead of polling SQLite's lock)
+                and runs inside a ``BEGIN IMMEDIATE`` transaction (the write lock is taken up
+                front, so a read-then-write cannot fail on a stale snapshot). With group
+                commit (the default) concurrent writes share that transaction, each in its
+                own savepoint, and commit once; each caller still gets its own outcome, after
+                the shared commit. Post-commit hooks run after the writer is released.
 
         Returns:
             What ``command`` returned.
@@ -275,9 +278,52 @@ class TransactionRunner(Generic[ScopeT]):
         finish: Callable[[ScopeT], Awaitable[CommitHook | None]] | None,
         first: list[CommitHook],
     ) -> ResultT:
+        queue = sqlite_write_queue(self._engine) if write else None
+        if queue is not None and queue.group_commit:
+            async with queue.member(self._engine) as member:
+                return await self._in_group(command, unit, member, finish)
         begin = "IMMEDIATE" if write else "DEFERRED"
         async with sqlite_write_slot(self._engine) if write else _no_slot():
             return await self._in_session(command, unit, begin, finish, first)
+
+    async def _in_group(
+        self,
+        command: Callable[[ScopeT], Awaitable[ResultT]],
+        unit: UnitOfWork,
+        member: GroupMember,
+        finish: Callable[[ScopeT], Awaitable[CommitHook | None]] | None,
+    ) -> ResultT:
+        """The command as one member of a SQLite group commit: a savepoint of the group.
+
+        The hook ``finish`` returns (the activity publication) runs in commit order, right
+        after the group's commit (``store.write_queue``).
+        """
+        # The first member owns the transaction's rollback (nothing before it to keep);
+        # every later one works in a savepoint, so its failure leaves the others' work.
+        async with AsyncSession(
+            bind=member.connection,
+            expire_on_commit=False,
+            join_transaction_mode="rollback_only" if member.first else "create_savepoint",
+        ) as session:
+            try:
+                scope = self._scope(session, unit)
+                result = await command(scope)
+                await session.flush()
+                await unit._run_participants(session)
+                if finish is not None:
+                    hook = await finish(scope)
+                    if hook is not None:
+                        member.on_commit(hook)
+                    await session.flush()
+                await session.commit()  # flushes (and releases a savepoint); the group commits
+            except BaseException:
+                unit._close()
+                try:
+                    await session.rollback()  # to its savepoint, or the whole (first) one
+                except BaseException as exc:  # noqa: BLE001 - the group must not go on
+                    member.poison(exc)
+                raise
+        return result
 
     async def _in_session(
         self,

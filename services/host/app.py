@@ -30,6 +30,8 @@ def build(settings: Settings) -> ServiceDefinition:
     database = Database(
         settings.resolved_database_url(),
         sqlite_write_queue_seconds=settings.sqlite_write_queue_seconds,
+        sqlite_group_commit=settings.sqlite_group_commit,
+        sqlite_synchronous=settings.sqlite_synchronous,
     )
     ctx = HostContext(
         database=database,

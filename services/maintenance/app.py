@@ -42,6 +42,8 @@ class Maintenance:
         self.database = Database(
             settings.resolved_database_url(),
             sqlite_write_queue_seconds=settings.sqlite_write_queue_seconds,
+            sqlite_group_commit=settings.sqlite_group_commit,
+            sqlite_synchronous=settings.sqlite_synchronous,
         )
         self._grpc_host = (
             GrpcHost(settings, settings.maintenance_host_timeout_seconds) if host is None else None

@@ -223,12 +223,8 @@ async def _held_store(
         return asyncio.ensure_future(asyncio.wait_for(queued(count), 10))
 
     if gate is not None:
-        lock = gate.lock()
-        await lock.acquire()
-        try:
+        async with gate.exclusive():
             yield waiter
-        finally:
-            lock.release()
         return
     connection: AsyncConnection
     async with engine.connect() as connection:

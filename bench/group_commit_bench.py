@@ -1,0 +1,187 @@
+"""SQLite group commit: concurrent ``SendInput`` with shared commits vs. each committing alone.
+
+Run: ``.venv/bin/python -m bench.group_commit_bench [--requests 600] [--concurrency 32]``
+
+Four real host processes (``tutti serve host``), each on its own migrated SQLite file,
+identical but for ``TUTTI_SQLITE_GROUP_COMMIT`` (``on``: ``store.write_queue`` shares commits;
+``off``: every write transaction takes the writer alone and commits alone, as before) and
+``TUTTI_SQLITE_SYNCHRONOUS`` (``NORMAL``: no ``fsync`` per commit in WAL mode; ``FULL``: one per
+commit, so every acknowledged write survives a power loss). The baseline is ``normal-off``,
+the behaviour before group commit. Each host has a bench runtime on its link acknowledging
+every command. The same workload runs
+against both, in interleaved rounds: ``SendInput`` ``new_turn`` to a fresh idle Session per
+call (the submit path's write transaction, its command outbox row and the acknowledgement's
+transaction) at the given concurrency over one ``grpc.aio`` channel per side.
+
+It prints throughput, p50/p99 latency and host CPU per call of every side and its ratios to
+the baseline, and writes ``bench/results/group_commit_bench.json``. Postgres has no single
+writer and no group commit: this benchmark is SQLite's only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from agentactivity.host.v1 import host_pb2_grpc
+from bench.host_bench import (
+    BenchRuntime,
+    Series,
+    ServerProcess,
+    create_sessions,
+    database,
+    drive,
+    metadata,
+    register_target,
+    start_host,
+    submit_request,
+)
+from bench.stats import Summary, write_results
+
+SIDES = {
+    "normal-off": {"TUTTI_SQLITE_GROUP_COMMIT": "false", "TUTTI_SQLITE_SYNCHRONOUS": "NORMAL"},
+    "normal-on": {"TUTTI_SQLITE_GROUP_COMMIT": "true", "TUTTI_SQLITE_SYNCHRONOUS": "NORMAL"},
+    "full-off": {"TUTTI_SQLITE_GROUP_COMMIT": "false", "TUTTI_SQLITE_SYNCHRONOUS": "FULL"},
+    "full-on": {"TUTTI_SQLITE_GROUP_COMMIT": "true", "TUTTI_SQLITE_SYNCHRONOUS": "FULL"},
+}
+BASELINE = "normal-off"
+
+
+class Side:
+    """One host process and its client: the sessions it will submit to, and its totals."""
+
+    def __init__(self, name: str, host: ServerProcess) -> None:
+        self.name = name
+        self.host = host
+        self.total = Series([], 0.0, {}, 0.0)
+
+    async def setup(self, channel: grpc.aio.Channel, sessions: int) -> BenchRuntime:
+        """Register the target, open the runtime link and create ``sessions`` idle Sessions."""
+        stub = host_pb2_grpc.HostServiceStub(channel)
+        await register_target(stub)
+        runtime = BenchRuntime(channel)
+        await runtime.hello()
+        await create_sessions(stub, [f"gc-{index}" for index in range(sessions)])
+        self.stub = stub
+        return runtime
+
+    async def submit(self, index: int) -> None:
+        """One ``new_turn`` submission to the idle Session ``gc-<index>``."""
+        await self.stub.SendInput(submit_request(f"gc-{index}"), metadata=metadata("device"))
+
+    async def round(self, first: int, count: int, concurrency: int) -> None:
+        """Submit to Sessions ``first .. first+count-1``; add to the totals."""
+        before = self.host.cpu()
+        series = await drive(self.submit, count, concurrency, first=first)
+        assert self.total.server_cpu_s is not None
+        self.total.server_cpu_s += self.host.cpu() - before
+        self.total.latencies_ms += series.latencies_ms
+        self.total.elapsed_s += series.elapsed_s
+        for code, failed in series.errors.items():
+            self.total.errors[code] = self.total.errors.get(code, 0) + failed
+
+    def summary(self) -> dict[str, Any]:
+        """Throughput, latency, errors and host CPU per call over every round."""
+        summary: Summary = self.total.summary(self.name)
+        cpu = self.total.server_cpu_s or 0.0
+        return {
+            "summary": summary.__dict__,
+            "errors": self.total.errors,
+            "host_cpu_ms_per_call": round(cpu * 1000 / max(1, summary.samples), 2),
+        }
+
+
+async def measure(
+    hosts: dict[str, ServerProcess], requests: int, warmup: int, rounds: int, concurrency: int
+) -> dict[str, dict[str, Any]]:
+    """Set every side up, warm it, then run the interleaved rounds."""
+    sides = {name: Side(name, host) for name, host in hosts.items()}
+    channels = {name: grpc.aio.insecure_channel(host.address) for name, host in hosts.items()}
+    runtimes = []
+    try:
+        for name, side in sides.items():
+            runtimes.append(await side.setup(channels[name], warmup + requests))
+        for side in sides.values():  # warm-up, not counted
+            await drive(side.submit, warmup, concurrency)
+        chunk = -(-requests // rounds)
+        for index in range(rounds):
+            first = warmup + index * chunk
+            size = min(chunk, requests - index * chunk)
+            # Rotate which side goes first, so drift over a round hits every side alike.
+            ordered = list(sides.values())
+            shift = index % len(ordered)
+            order = ordered[shift:] + ordered[:shift]
+            for side in order:
+                await side.round(first, size, concurrency)
+    finally:
+        for runtime in runtimes:
+            await runtime.close()
+        for channel in channels.values():
+            await channel.close()
+    return {name: side.summary() for name, side in sides.items()}
+
+
+def main() -> None:
+    """Run the benchmark from the command line."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--requests", type=int, default=600, help="measured calls per side")
+    parser.add_argument("--warmup", type=int, default=60)
+    parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds")
+    parser.add_argument("--concurrency", type=int, default=32)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="group-commit-bench-") as scratch:
+        tmp = Path(scratch)
+        hosts: dict[str, ServerProcess] = {}
+        with contextlib.ExitStack() as stack:
+            for name, switches in SIDES.items():
+                side_dir = tmp / name
+                side_dir.mkdir()
+                url = stack.enter_context(database("sqlite", side_dir))
+                hosts[name] = start_host(side_dir, url, switches)
+                stack.callback(hosts[name].stop)
+            results = asyncio.run(
+                measure(hosts, args.requests, args.warmup, args.rounds, args.concurrency)
+            )
+    base = results[BASELINE]
+    ratios: dict[str, dict[str, float]] = {}
+    for name in SIDES:
+        side = results[name]
+        summary = side["summary"]
+        ratios[name] = {
+            "throughput": summary["throughput_per_s"] / base["summary"]["throughput_per_s"],
+            "p50": summary["p50_ms"] / base["summary"]["p50_ms"],
+            "p99": summary["p99_ms"] / base["summary"]["p99_ms"],
+            "cpu": side["host_cpu_ms_per_call"] / base["host_cpu_ms_per_call"],
+        }
+        print(
+            f"{name:>10}: {summary['throughput_per_s']:7.1f} req/s "
+            f"p50 {summary['p50_ms']:7.1f} ms p99 {summary['p99_ms']:7.1f} ms "
+            f"host CPU {side['host_cpu_ms_per_call']:5.2f} ms/call "
+            f"errors {side['errors'] or 'none'} | x {BASELINE}: "
+            + ", ".join(f"{key} {value:.2f}" for key, value in ratios[name].items())
+        )
+    path = write_results(
+        "group_commit_bench",
+        {
+            "concurrency": args.concurrency,
+            "requests_per_side": args.requests,
+            "rounds": args.rounds,
+            "sides": results,
+            "baseline": f"{BASELINE}: {SIDES[BASELINE]}",
+            "ratios_to_baseline": {
+                name: {key: round(value, 3) for key, value in side.items()}
+                for name, side in ratios.items()
+            },
+        },
+    )
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
