@@ -13,6 +13,12 @@ against both, in interleaved rounds: ``SendInput`` ``new_turn`` to a fresh idle 
 call (the submit path's write transaction, its command outbox row and the acknowledgement's
 transaction) at the given concurrency over one ``grpc.aio`` channel per side.
 
+A second part isolates the store: for each of the same four settings a fresh process runs
+``--store-writers`` concurrent writers, each committing ``--store-writes`` small one-row
+transactions through ``store.transactions.TransactionRunner`` on its own SQLite file (nothing
+else on the path), so the commit itself is a visible share of each transaction; rounds
+alternate the sides.
+
 It prints throughput, p50/p99 latency and host CPU per call of every side and its ratios to
 the baseline, and writes ``bench/results/group_commit_bench.json``. Postgres has no single
 writer and no group commit: this benchmark is SQLite's only.
@@ -23,11 +29,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
+import statistics
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import grpc
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentactivity.host.v1 import host_pb2_grpc
 from bench.host_bench import (
@@ -42,7 +55,9 @@ from bench.host_bench import (
     start_host,
     submit_request,
 )
-from bench.stats import Summary, write_results
+from bench.stats import Summary, summarize, write_results
+from store.engine import create_async_engine_for, sqlite_write_queue
+from store.transactions import TransactionRunner
 
 SIDES = {
     "normal-off": {"TUTTI_SQLITE_GROUP_COMMIT": "false", "TUTTI_SQLITE_SYNCHRONOUS": "NORMAL"},
@@ -127,6 +142,90 @@ async def measure(
     return {name: side.summary() for name, side in sides.items()}
 
 
+async def store_side(path: Path, switches: dict[str, str], writers: int, writes: int) -> None:
+    """One store-part side (run in its own process): print its commits/s and latency as JSON."""
+    engine = create_async_engine_for(
+        f"sqlite:///{path}",
+        sqlite_group_commit=switches["TUTTI_SQLITE_GROUP_COMMIT"] == "true",
+        sqlite_synchronous=switches["TUTTI_SQLITE_SYNCHRONOUS"],
+    )
+    async with engine.begin() as connection:
+        await connection.exec_driver_sql(
+            "CREATE TABLE IF NOT EXISTS bench_rows (id INTEGER PRIMARY KEY, body TEXT NOT NULL)"
+        )
+    runner = TransactionRunner(engine, scope=lambda session, _uow: session)
+    body = "x" * 400
+    latencies: list[float] = []
+
+    async def write(session: AsyncSession) -> None:
+        await session.execute(text("INSERT INTO bench_rows (body) VALUES (:body)"), {"body": body})
+
+    async def writer() -> None:
+        for _ in range(writes):
+            started = time.perf_counter()
+            await runner.run(write)
+            latencies.append((time.perf_counter() - started) * 1000)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(writer() for _ in range(writers)))
+    elapsed = time.perf_counter() - started
+    queue = sqlite_write_queue(engine)
+    await engine.dispose()
+    summary = summarize("store", latencies, elapsed)
+    print(
+        json.dumps(
+            {
+                "commits_per_s": summary.throughput_per_s,
+                "p50_ms": summary.p50_ms,
+                "p99_ms": summary.p99_ms,
+                "groups": queue.groups_committed if queue else 0,
+                "members": queue.members_committed if queue else 0,
+            }
+        )
+    )
+
+
+def measure_store(tmp: Path, writers: int, writes: int, rounds: int) -> dict[str, dict[str, Any]]:
+    """Run every store-part side ``rounds`` times, each in a fresh process; medians per side."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in SIDES}
+    for index in range(rounds):
+        names = list(SIDES)
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            path = tmp / f"store-{name}-{index}.db"
+            output = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.group_commit_bench",
+                    "--store-side",
+                    name,
+                    "--store-path",
+                    str(path),
+                    "--store-writers",
+                    str(writers),
+                    "--store-writes",
+                    str(writes),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            runs[name].append(json.loads(output.strip().splitlines()[-1]))
+    return {
+        name: {
+            "commits_per_s": statistics.median(run["commits_per_s"] for run in side),
+            "p50_ms": statistics.median(run["p50_ms"] for run in side),
+            "p99_ms": statistics.median(run["p99_ms"] for run in side),
+            "members_per_commit": statistics.median(
+                run["members"] / run["groups"] if run["groups"] else 1.0 for run in side
+            ),
+            "rounds": side,
+        }
+        for name, side in runs.items()
+    }
+
+
 def main() -> None:
     """Run the benchmark from the command line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
@@ -134,7 +233,19 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds")
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--store-writers", type=int, default=32)
+    parser.add_argument("--store-writes", type=int, default=100, help="commits per writer")
+    parser.add_argument("--store-rounds", type=int, default=3)
+    parser.add_argument("--store-side", choices=sorted(SIDES), help=argparse.SUPPRESS)
+    parser.add_argument("--store-path", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.store_side:  # one store-part side, in its own process
+        asyncio.run(
+            store_side(
+                args.store_path, SIDES[args.store_side], args.store_writers, args.store_writes
+            )
+        )
+        return
     with tempfile.TemporaryDirectory(prefix="group-commit-bench-") as scratch:
         tmp = Path(scratch)
         hosts: dict[str, ServerProcess] = {}
@@ -148,6 +259,7 @@ def main() -> None:
             results = asyncio.run(
                 measure(hosts, args.requests, args.warmup, args.rounds, args.concurrency)
             )
+        store = measure_store(tmp, args.store_writers, args.store_writes, args.store_rounds)
     base = results[BASELINE]
     ratios: dict[str, dict[str, float]] = {}
     for name in SIDES:
@@ -166,6 +278,14 @@ def main() -> None:
             f"errors {side['errors'] or 'none'} | x {BASELINE}: "
             + ", ".join(f"{key} {value:.2f}" for key, value in ratios[name].items())
         )
+    store_base = store[BASELINE]["commits_per_s"]
+    print(f"store part: {args.store_writers} writers x {args.store_writes} commits, medians")
+    for name, side in store.items():
+        print(
+            f"{name:>10}: {side['commits_per_s']:8.0f} commits/s p50 {side['p50_ms']:6.2f} ms "
+            f"p99 {side['p99_ms']:6.2f} ms members/commit {side['members_per_commit']:5.1f} "
+            f"| x {BASELINE}: throughput {side['commits_per_s'] / store_base:.2f}"
+        )
     path = write_results(
         "group_commit_bench",
         {
@@ -174,6 +294,11 @@ def main() -> None:
             "rounds": args.rounds,
             "sides": results,
             "baseline": f"{BASELINE}: {SIDES[BASELINE]}",
+            "store_part": {
+                "writers": args.store_writers,
+                "writes_per_writer": args.store_writes,
+                "sides": store,
+            },
             "ratios_to_baseline": {
                 name: {key: round(value, 3) for key, value in side.items()}
                 for name, side in ratios.items()

@@ -61,10 +61,12 @@ class ServerSettings(BaseSettings):
     """On SQLite, how long a write waits in this process's first-come-first-served write
     queue before ``UNAVAILABLE`` ``STORE_BUSY`` (with ``RetryInfo``); ignored on Postgres."""
 
-    sqlite_group_commit: bool = True
+    sqlite_group_commit: bool | None = None
     """On SQLite, concurrent write transactions of this process share one commit, each in its
     own savepoint and with its own outcome (``store.write_queue``); off, each commits alone
-    (``TUTTI_SQLITE_GROUP_COMMIT``); ignored on Postgres."""
+    (``TUTTI_SQLITE_GROUP_COMMIT``). Unset: on exactly with ``sqlite_synchronous=FULL``, where
+    a commit waits for an ``fsync``; with ``NORMAL`` a commit costs microseconds and sharing it
+    only adds hand-offs (ADR 0025). Ignored on Postgres."""
 
     sqlite_synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
     """On SQLite, ``PRAGMA synchronous`` in WAL mode (``TUTTI_SQLITE_SYNCHRONOUS``): ``NORMAL``

@@ -29,7 +29,7 @@ class Database:
         url: str,
         *,
         sqlite_write_queue_seconds: float = DEFAULT_SQLITE_WRITE_QUEUE_SECONDS,
-        sqlite_group_commit: bool = True,
+        sqlite_group_commit: bool | None = None,
         sqlite_synchronous: str = "NORMAL",
     ) -> None:
         self.url = url

@@ -210,7 +210,7 @@ def create_async_engine_for(
     sqlite_busy_timeout_ms: int = DEFAULT_SQLITE_BUSY_TIMEOUT_MS,
     sqlite_write_queue_seconds: float = DEFAULT_SQLITE_WRITE_QUEUE_SECONDS,
     sqlite_write_queue_depth: int = DEFAULT_SQLITE_WRITE_QUEUE_DEPTH,
-    sqlite_group_commit: bool = True,
+    sqlite_group_commit: bool | None = None,
     sqlite_synchronous: str = "NORMAL",
     **engine_kwargs: Any,
 ) -> AsyncEngine:
@@ -224,7 +224,9 @@ def create_async_engine_for(
         sqlite_write_queue_seconds: how long a write waits in this process's write queue.
         sqlite_write_queue_depth: how many writes may wait in that queue at once.
         sqlite_group_commit: concurrent ``TransactionRunner`` writes share commits
-            (``store.write_queue``); off, each commits alone.
+            (``store.write_queue``); off, each commits alone. ``None`` (the default): on
+            exactly when ``sqlite_synchronous`` is ``FULL``, the only mode in which a commit
+            costs enough (an ``fsync``) for sharing it to pay (ADR 0025).
         sqlite_synchronous: ``PRAGMA synchronous`` (:data:`SQLITE_SYNCHRONOUS_MODES`).
         **engine_kwargs: passed to :func:`sqlalchemy.ext.asyncio.create_async_engine`.
 
@@ -246,7 +248,9 @@ def create_async_engine_for(
         _WRITE_GATES[engine.sync_engine] = WriteQueue(
             sqlite_write_queue_seconds,
             sqlite_write_queue_depth,
-            group_commit=sqlite_group_commit,
+            group_commit=(synchronous == "FULL")
+            if sqlite_group_commit is None
+            else sqlite_group_commit,
         )
         return engine
     engine_kwargs.setdefault("pool_pre_ping", True)

@@ -45,6 +45,8 @@ def _scope(session: AsyncSession, _uow: UnitOfWork) -> AsyncSession:
 
 
 def _run(url: str, scenario: Callable[[AsyncEngine], Awaitable[T]], **options: object) -> T:
+    options.setdefault("sqlite_group_commit", True)  # the default is on only with FULL
+
     async def main() -> T:
         engine = create_async_engine_for(url, **options)  # type: ignore[arg-type]
         try:
@@ -135,8 +137,9 @@ def test_a_failing_writer_rolls_back_alone_and_the_others_commit(
         return await _burst(engine, commands), await _ids(engine)
 
     results, stored = _run(migrated_db_url, scenario)
-    assert isinstance(results[failing], FailedPrecondition)
-    assert results[failing].reason == "TEST_REFUSAL"
+    refused = results[failing]
+    assert isinstance(refused, FailedPrecondition)
+    assert refused.reason == "TEST_REFUSAL"
     others = [f"s-{i}" for i in range(8) if i != failing]
     assert [r for i, r in enumerate(results) if i != failing] == others
     assert stored == set(others)
@@ -392,3 +395,17 @@ def test_a_group_stays_open_about_as_long_as_a_commit_costs(
 def test_an_unknown_synchronous_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="sqlite_synchronous"):
         create_async_engine_for("sqlite:///unused.db", sqlite_synchronous="OFF")
+
+
+@pytest.mark.parametrize(
+    ("synchronous", "grouped"), [("NORMAL", False), ("FULL", True), ("full", True)]
+)
+def test_group_commit_defaults_to_on_exactly_when_commits_fsync(
+    synchronous: str, grouped: bool, tmp_path: Path
+) -> None:
+    engine = create_async_engine_for(
+        f"sqlite:///{tmp_path / 'x.db'}", sqlite_synchronous=synchronous
+    )
+    queue = sqlite_write_queue(engine)
+    assert queue is not None
+    assert queue.group_commit is grouped
