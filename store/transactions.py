@@ -286,6 +286,26 @@ class TransactionRunner(Generic[ScopeT]):
         async with sqlite_write_slot(self._engine) if write else _no_slot():
             return await self._in_session(command, unit, begin, finish, first)
 
+    async def _body(
+        self,
+        session: AsyncSession,
+        command: Callable[[ScopeT], Awaitable[ResultT]],
+        unit: UnitOfWork,
+        finish: Callable[[ScopeT], Awaitable[CommitHook | None]] | None,
+        keep_hook: Callable[[CommitHook], None],
+    ) -> ResultT:
+        """The command, its participants and ``finish`` (whose hook goes to ``keep_hook``)."""
+        scope = self._scope(session, unit)
+        result = await command(scope)
+        await session.flush()
+        await unit._run_participants(session)
+        if finish is not None:
+            hook = await finish(scope)
+            if hook is not None:
+                keep_hook(hook)
+            await session.flush()
+        return result
+
     async def _in_group(
         self,
         command: Callable[[ScopeT], Awaitable[ResultT]],
@@ -306,15 +326,7 @@ class TransactionRunner(Generic[ScopeT]):
             join_transaction_mode="rollback_only" if member.first else "create_savepoint",
         ) as session:
             try:
-                scope = self._scope(session, unit)
-                result = await command(scope)
-                await session.flush()
-                await unit._run_participants(session)
-                if finish is not None:
-                    hook = await finish(scope)
-                    if hook is not None:
-                        member.on_commit(hook)
-                    await session.flush()
+                result = await self._body(session, command, unit, finish, member.on_commit)
                 await session.commit()  # flushes (and releases a savepoint); the group commits
             except BaseException:
                 unit._close()
@@ -336,15 +348,7 @@ class TransactionRunner(Generic[ScopeT]):
         async with AsyncSession(self._engine, expire_on_commit=False) as session:
             try:
                 await session.connection(execution_options={SQLITE_BEGIN_OPTION: begin})
-                scope = self._scope(session, unit)
-                result = await command(scope)
-                await session.flush()
-                await unit._run_participants(session)
-                if finish is not None:
-                    hook = await finish(scope)
-                    if hook is not None:
-                        first.append(hook)
-                    await session.flush()
+                result = await self._body(session, command, unit, finish, first.append)
                 await session.commit()
             except BaseException:
                 unit._close()
