@@ -84,6 +84,7 @@ class UnitOfWork:
         self._participants: list[TransactionParticipant] = list(participants)
         self._hooks: list[CommitHook] = []
         self._open = True
+        self._cancel_after_hooks = False
 
     def enlist(self, participant: TransactionParticipant) -> None:
         """Add a participant; it runs after the command body, before the commit.
@@ -208,7 +209,9 @@ class TransactionRunner(Generic[ScopeT]):
             participants: caller-owned participants for this command only.
             before_commit: runs last in the transaction, after every participant (so it sees
                 everything the transaction wrote), with the command's scope; the hook it
-                returns runs first after the commit (an outbox's append and publication).
+                returns runs first after the commit (an outbox's publication). With SQLite
+                group commit it runs in commit order while the write line waits for it, so it
+                must not await the store or anything slow (``GroupMember.on_commit``).
             write: the transaction writes. On SQLite it then waits in this process's write
                 line (``store.write_queue``: writers queue instead of polling SQLite's lock)
                 and runs inside a ``BEGIN IMMEDIATE`` transaction (the write lock is taken up
@@ -227,10 +230,18 @@ class TransactionRunner(Generic[ScopeT]):
                 (serialization failure, deadlock); nothing was committed.
             Exception: whatever the command or a participant raised; nothing was committed.
 
+        A write command must never wait, inside its transaction, for another writer or for
+        what another writer's caller does after its own ``run`` returns: the writers of a
+        SQLite process run one at a time, and a grouped writer returns only after the
+        members behind it ran, so such a wait never ends.
+
         Cancellation: a write transaction is cancelled with its caller and rolls back (its
-        caller may hold the Session's lane). A read transaction runs to its end in its own
-        task (a cancelled client never leaves a rollback half done or a connection the pool
-        must reset from a cancelled task), and the caller still sees the cancellation.
+        caller may hold the Session's lane); a grouped SQLite writer whose work already
+        joined its group's commit waits for that commit, runs its post-commit hooks and only
+        then sees the cancellation (its write is stored). A read transaction runs to its end
+        in its own task (a cancelled client never leaves a rollback half done or a connection
+        the pool must reset from a cancelled task), and the caller still sees the
+        cancellation.
         """
         if write:
             # A writer stays cancellable: its caller may hold the Session's lane, which must
@@ -267,6 +278,8 @@ class TransactionRunner(Generic[ScopeT]):
                 await hook()
             except Exception:  # noqa: BLE001 - a post-commit hook never undoes a commit
                 _log.exception("post-commit hook %r failed", hook)
+        if unit._cancel_after_hooks:
+            raise asyncio.CancelledError
         return result
 
     async def _run_once(
@@ -281,7 +294,11 @@ class TransactionRunner(Generic[ScopeT]):
         queue = sqlite_write_queue(self._engine) if write else None
         if queue is not None and queue.group_commit:
             async with queue.member(self._engine) as member:
-                return await self._in_group(command, unit, member, finish)
+                result = await self._in_group(command, unit, member, finish)
+            # Cancelled while its stored work waited for the shared commit: the caller's
+            # post-commit hooks still run, then the cancellation (``_run_to_end``).
+            unit._cancel_after_hooks = member.cancelled_meanwhile
+            return result
         begin = "IMMEDIATE" if write else "DEFERRED"
         async with sqlite_write_slot(self._engine) if write else _no_slot():
             return await self._in_session(command, unit, begin, finish, first)

@@ -99,6 +99,7 @@ class _Waiter:
     poisoned: BaseException | None = None
     queued: bool = True
     alone: bool = True
+    cancelled_meanwhile: bool = False
     """The first member of its transaction: nothing before it needs a savepoint's protection."""
 
     @property
@@ -123,10 +124,21 @@ class GroupMember:
         """
         return self._waiter.alone
 
+    @property
+    def cancelled_meanwhile(self) -> bool:
+        """The caller was cancelled while its committed work waited for the group's commit.
+
+        The block returned normally (the write is stored); the caller re-delivers the
+        cancellation after its own post-commit work.
+        """
+        return self._waiter.cancelled_meanwhile
+
     def on_commit(self, hook: CommitHook) -> None:
         """Run ``hook`` right after the group commits, in commit order, before members return.
 
-        Its failure is logged and never undoes the commit.
+        Its failure is logged and never undoes the commit. It runs while the process's write
+        line waits for it: it must not await the store (a hook that writes would wait in the
+        line it blocks) nor anything slow; the activity publication is an in-memory hand-off.
         """
         self._waiter.hooks.append(hook)
 
@@ -210,17 +222,16 @@ class WriteQueue:
         waiter.finished.set_result(True)
         # The member's work is in the group now: its caller learns the commit's outcome even
         # when cancelled meanwhile (it may hold the Session's lane, which must outlast it).
-        cancelled = False
+        # A cancellation that arrives meanwhile is kept for the caller to re-deliver once it
+        # has run its own post-commit work (``cancelled_meanwhile``): its write is stored.
         while not waiter.outcome.done():
             try:
                 await asyncio.shield(waiter.outcome)
             except asyncio.CancelledError:
-                cancelled = True
+                waiter.cancelled_meanwhile = True
             except BaseException:  # noqa: BLE001, S110 - the outcome is read below
                 pass
         waiter.outcome.result()
-        if cancelled:
-            raise asyncio.CancelledError
 
     async def _wait_turn(self, engine: AsyncEngine | None) -> _Waiter:
         if self.waiting >= self.max_waiting:
@@ -344,11 +355,11 @@ class WriteQueue:
         opened = loop.time()
         waiter: _Waiter | None = first
         while waiter is not None:
-            if not waiter.turn.cancelled():  # it may have left while we connected
+            if not connection.in_transaction():  # the first, or a failed first rolled back
+                transaction = await connection.begin()
+                opened = loop.time()
+            if not waiter.turn.done():  # it may have left while we connected or began
                 admitted.append(waiter)
-                if not connection.in_transaction():  # the first, or a failed first rolled back
-                    transaction = await connection.begin()
-                    opened = loop.time()
                 waiter.alone = not members
                 waiter.turn.set_result(connection)
                 if await waiter.finished:
@@ -380,16 +391,25 @@ class WriteQueue:
             self.commit_seconds = (1 - weight) * self.commit_seconds + weight * seconds
 
     async def _committed(self, members: list[_Waiter]) -> None:
-        """Run the members' commit hooks in commit order, then let them return."""
-        for member in members:
-            for hook in member.hooks:
-                try:
-                    await hook()
-                except Exception:  # noqa: BLE001 - a commit hook never undoes the commit
-                    _log.exception("commit hook %r failed", hook)
-        if members:
-            self.groups_committed += 1
-            self.members_committed += len(members)
-        for member in members:
-            if not member.outcome.done():
-                member.outcome.set_result(None)
+        """Run the members' commit hooks in commit order, then let them return.
+
+        The outcomes are set whatever a hook does (even a ``CancelledError``): the commit
+        happened, and a member left without its outcome would wait forever.
+        """
+        try:
+            for member in members:
+                for hook in member.hooks:
+                    try:
+                        await hook()
+                    except Exception:  # noqa: BLE001 - a commit hook never undoes the commit
+                        _log.exception("commit hook %r failed", hook)
+                    except asyncio.CancelledError:
+                        # The hook's own await was cancelled, not the line: go on.
+                        _log.warning("commit hook %r was cancelled", hook)
+        finally:
+            if members:
+                self.groups_committed += 1
+                self.members_committed += len(members)
+            for member in members:
+                if not member.outcome.done():
+                    member.outcome.set_result(None)

@@ -264,10 +264,19 @@ def test_a_caller_cancelled_in_line_writes_nothing_and_the_line_goes_on(
 def test_a_caller_cancelled_after_its_work_waits_for_the_commit_it_joined(
     migrated_db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Its lane must outlast its transaction: it returns (cancelled) only once the group ended."""
+    """Its lane must outlast its transaction: it returns (cancelled) only once the group ended,
+    and after its post-commit hooks ran (its write is stored: what follows a commit follows)."""
+    hooks_ran: list[str] = []
+
+    def scope(session: AsyncSession, uow: UnitOfWork) -> AsyncSession:
+        async def after() -> None:
+            hooks_ran.append("after_commit")
+
+        uow.after_commit(after)
+        return session
 
     async def scenario(engine: AsyncEngine) -> tuple[bool, set[str]]:
-        runner = TransactionRunner(engine, scope=_scope)
+        runner = TransactionRunner(engine, scope=scope)
         queue = sqlite_write_queue(engine)
         if queue is None:
             pytest.skip("Postgres has no shared commit")
@@ -297,6 +306,44 @@ def test_a_caller_cancelled_after_its_work_waits_for_the_commit_it_joined(
     waited, stored = _run(migrated_db_url, scenario)
     assert waited, "the cancelled caller returned before the commit it joined"
     assert stored == {"s-0", "s-1"}
+    assert hooks_ran == ["after_commit", "after_commit"]
+
+
+@pytest.mark.spec("STORE-3")
+def test_a_commit_hook_that_raises_cancelled_still_lets_every_member_return(
+    migrated_db_url: str,
+) -> None:
+    """A hook's BaseException must not leave the group's members without their outcome."""
+    if backend_name(migrated_db_url) != "sqlite":
+        pytest.skip("commit hooks run in the write line only on SQLite")
+
+    async def scenario(engine: AsyncEngine) -> tuple[list[object], set[str]]:
+        runner = TransactionRunner(engine, scope=_scope)
+        queue = sqlite_write_queue(engine)
+        assert queue is not None
+
+        async def hook_factory(_scope: AsyncSession) -> Callable[[], Awaitable[None]]:
+            async def publish() -> None:
+                raise asyncio.CancelledError  # e.g. it awaited a task someone cancelled
+
+            return publish
+
+        async with queue.exclusive():
+            tasks = [
+                asyncio.create_task(runner.run(_insert(f"s-{i}"), before_commit=hook_factory))
+                for i in range(3)
+            ]
+            await _until_waiting(engine, 3)
+        _, pending = await asyncio.wait(tasks, timeout=10)
+        assert not pending, "members were left waiting for an outcome"
+        results = [t.exception() or t.result() for t in tasks]
+        assert queue.waiting == 0
+        follow = await runner.run(_insert("s-after"))  # the line goes on
+        return [*results, follow], await _ids(engine)
+
+    results, stored = _run(migrated_db_url, scenario)
+    assert results == ["s-0", "s-1", "s-2", "s-after"]
+    assert stored == {"s-0", "s-1", "s-2", "s-after"}
 
 
 @pytest.mark.spec("STORE-3")
