@@ -20,9 +20,11 @@ concurrency:
 * ``echo``: a bare ``grpc.aio`` unary echo server in its own process (no interceptor, no
   protobuf decoding), sent the same call metadata and request bytes and answering with as
   many bytes as the host's response -- the transport limit;
-* ``storage``: the same rows written or read in one raw SQLAlchemy Core transaction from
-  this process, in the same database -- the storage limit. For ``SendInput`` that is the
-  Turn insert, the user message insert and the Session update; for the reads, the same
+* ``storage``: the same rows written or read in one raw SQLAlchemy Core transaction, in the
+  same database, by a storage worker in its own process (``--storage-worker URL``, driven
+  over its stdin with the same call count and concurrency) -- the storage limit. For
+  ``SendInput`` that is the Turn insert, the user message insert and the Session update;
+  for the reads, the same
   rows the host reads (Session, active and latest Turn, pending Interactions and the tree
   for ``GetSession``; message, Turn and Session for a replay; Session and 101 messages for
   a page).
@@ -378,8 +380,122 @@ async def drive(
     return Series(latencies, time.perf_counter() - started, dict(errors))
 
 
+class StorageWorker:
+    """The storage baseline in its own process, like the host: ``--storage-worker URL``.
+
+    Each chunk of calls is one JSON line on the worker's stdin (the kind of call, its first
+    index, count and concurrency, and the replay targets); the worker runs the chunk with
+    :func:`drive` on its own event loop and answers one JSON line with the latencies.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bench.host_bench", "--storage-worker", url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.submitted: list[str] = []
+
+    def cpu(self) -> float:
+        """CPU seconds the worker used so far."""
+        return cpu_seconds(self.process.pid)
+
+    def calls(self, kind: str) -> RemoteCalls:
+        """The calls of one kind (``get_session``, ``submit``, ``replay``, ``page``)."""
+        return RemoteCalls(self, kind)
+
+    async def run(self, kind: str, first: int, count: int, concurrency: int) -> Series:
+        """Run one chunk in the worker; its latencies come back as a :class:`Series`."""
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
+        line = json.dumps(
+            {
+                "kind": kind,
+                "first": first,
+                "count": count,
+                "concurrency": concurrency,
+                "submitted": self.submitted if kind == "replay" else [],
+            }
+        )
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+        answer = await asyncio.to_thread(self.process.stdout.readline)
+        if not answer:
+            raise RuntimeError(f"the storage worker exited ({self.process.poll()})")
+        outcome = json.loads(answer)
+        return Series(outcome["latencies_ms"], outcome["elapsed_s"], outcome["errors"])
+
+    def stop(self) -> None:
+        """Close its stdin (it exits) and wait."""
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@dataclass
+class RemoteCalls:
+    """Calls of one kind that run in the storage worker's process."""
+
+    worker: StorageWorker
+    kind: str
+
+
+def _storage_call(
+    storage: StorageBaseline, kind: str, concurrency: int, submitted: list[str]
+) -> Callable[[int], Awaitable[object]]:
+    """The storage baseline's call of one kind, by call index."""
+    calls: dict[str, Callable[[int], Awaitable[object]]] = {
+        "get_session": lambda index: storage.get_session(LIST_SESSION),
+        "submit": lambda index: storage.submit(f"raw-c{concurrency}-{index}"),
+        "replay": lambda index: storage.replay(submitted[index % len(submitted)]),
+        "page": lambda index: storage.page(LIST_SESSION),
+    }
+    return calls[kind]
+
+
+async def serve_storage(url: str) -> None:
+    """The storage worker: run the chunks read from stdin, answer each on stdout."""
+    engine = create_async_engine_for(url)
+    storage = StorageBaseline(engine)
+    try:
+        while line := await asyncio.to_thread(sys.stdin.readline):
+            chunk = json.loads(line)
+            series = await drive(
+                _storage_call(storage, chunk["kind"], chunk["concurrency"], chunk["submitted"]),
+                chunk["count"],
+                chunk["concurrency"],
+                first=chunk["first"],
+            )
+            print(
+                json.dumps(
+                    {
+                        "latencies_ms": series.latencies_ms,
+                        "elapsed_s": series.elapsed_s,
+                        "errors": series.errors,
+                    }
+                ),
+                flush=True,
+            )
+    finally:
+        await engine.dispose()
+
+
+Contender = Callable[[int], Awaitable[object]] | RemoteCalls
+
+
+async def _drive_contender(call: Contender, count: int, concurrency: int, first: int = 0) -> Series:
+    if isinstance(call, RemoteCalls):
+        return await call.worker.run(call.kind, first, count, concurrency)
+    return await drive(call, count, concurrency, first=first)
+
+
 async def interleaved(
-    contenders: Sequence[tuple[Callable[[int], Awaitable[object]], ServerProcess | None]],
+    contenders: Sequence[tuple[Contender, ServerProcess | StorageWorker | None]],
     count: int,
     warmup: int,
     concurrency: int,
@@ -391,7 +507,7 @@ async def interleaved(
     throughput is the calls over the summed time of a contender's chunks.
     """
     for call, _ in contenders:
-        await drive(call, warmup, concurrency)
+        await _drive_contender(call, warmup, concurrency)
     merged = [Series([], 0.0, {}, 0.0 if server else None) for _, server in contenders]
     chunk = -(-count // ROUNDS)
     for round_index in range(ROUNDS):
@@ -399,7 +515,7 @@ async def interleaved(
         size = min(chunk, count - round_index * chunk)
         for (call, server), total in zip(contenders, merged, strict=True):
             before = server.cpu() if server is not None else 0.0
-            series = await drive(call, size, concurrency, first=first)
+            series = await _drive_contender(call, size, concurrency, first=first)
             total.latencies_ms += series.latencies_ms
             total.elapsed_s += series.elapsed_s
             for code, failed in series.errors.items():
@@ -592,6 +708,7 @@ class Comparison:
     storage: Summary
     host_cpu_ms_per_request: float | None
     echo_cpu_ms_per_request: float | None
+    storage_cpu_ms_per_request: float | None
     request_bytes: int
     response_bytes: int
     extra: dict[str, Any] = field(default_factory=dict)
@@ -618,6 +735,7 @@ class Comparison:
             "latency_p50_ratio_to_storage": round(self.host.p50_ms / self.storage.p50_ms, 3),
             "host_cpu_ms_per_request": _round(self.host_cpu_ms_per_request),
             "echo_cpu_ms_per_request": _round(self.echo_cpu_ms_per_request),
+            "storage_cpu_ms_per_request": _round(self.storage_cpu_ms_per_request),
             **self.extra,
         }
 
@@ -653,7 +771,7 @@ class BackendRun:
     async def run(self) -> list[Comparison]:
         """Set up, measure every RPC and return the comparisons."""
         options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
-        engine = create_async_engine_for(self.url)
+        storage = StorageWorker(self.url)
         async with (
             grpc.aio.insecure_channel(self.host.address, options=options) as host_channel,
             grpc.aio.insecure_channel(self.echo.address, options=options) as echo_channel,
@@ -662,10 +780,10 @@ class BackendRun:
             runtime = BenchRuntime(host_channel)
             try:
                 await self._setup(stub, runtime)
-                await self._measure_all(stub, echo_channel, StorageBaseline(engine))
+                await self._measure_all(stub, echo_channel, storage)
             finally:
                 await runtime.close()
-                await engine.dispose()
+                storage.stop()
         return self.results
 
     async def _setup(self, stub: host_pb2_grpc.HostServiceAsyncStub, runtime: BenchRuntime) -> None:
@@ -726,7 +844,7 @@ class BackendRun:
         self,
         stub: host_pb2_grpc.HostServiceAsyncStub,
         echo_channel: grpc.aio.Channel,
-        storage: StorageBaseline,
+        storage: StorageWorker,
     ) -> None:
         device = metadata("device")
         get_request = host_pb2.GetSessionRequest(workspace_id=WORKSPACE, session_id=LIST_SESSION)
@@ -764,15 +882,12 @@ class BackendRun:
             assert response.replayed
             return response
 
-        def raw_submit(concurrency: int) -> Callable[[int], Awaitable[object]]:
-            return lambda index: storage.submit(f"raw-c{concurrency}-{index}")
-
         for concurrency in CONCURRENCIES:
             await self._compare(
                 "GetSession",
                 concurrency,
                 get_session,
-                lambda index: storage.get_session(LIST_SESSION),
+                storage.calls("get_session"),
                 echo_channel,
                 (get_request.ByteSize(), sample_get.ByteSize()),
             )
@@ -781,16 +896,17 @@ class BackendRun:
                 "SendInput new",
                 concurrency,
                 new_turn(concurrency),
-                raw_submit(concurrency),
+                storage.calls("submit"),
                 echo_channel,
                 (submit_request("new-c32-0").ByteSize(), sample_new.ByteSize()),
             )
+        storage.submitted = self.submitted
         for concurrency in CONCURRENCIES:
             await self._compare(
                 "SendInput replay",
                 concurrency,
                 replay,
-                lambda index: storage.replay(self.submitted[index % len(self.submitted)]),
+                storage.calls("replay"),
                 echo_channel,
                 (submit_request("new-c32-0").ByteSize(), sample_replay.ByteSize()),
             )
@@ -799,7 +915,7 @@ class BackendRun:
                 "ListSessionMessages",
                 concurrency,
                 page,
-                lambda index: storage.page(LIST_SESSION),
+                storage.calls("page"),
                 echo_channel,
                 (page_request.ByteSize(), sample_page.ByteSize()),
             )
@@ -809,7 +925,7 @@ class BackendRun:
         rpc: str,
         concurrency: int,
         host_call: Callable[[int], Awaitable[object]],
-        storage_call: Callable[[int], Awaitable[object]],
+        storage_call: RemoteCalls,
         echo_channel: grpc.aio.Channel,
         sizes: tuple[int, int],
     ) -> None:
@@ -820,7 +936,7 @@ class BackendRun:
             [
                 (host_call, self.host),
                 (echo_call(echo_channel, *sizes), self.echo),
-                (storage_call, None),
+                (storage_call, storage_call.worker),
             ],
             self.requests,
             self.warmup,
@@ -834,6 +950,7 @@ class BackendRun:
             storage=storage.summary(f"storage {label}"),
             host_cpu_ms_per_request=_per_request(host),
             echo_cpu_ms_per_request=_per_request(echo),
+            storage_cpu_ms_per_request=_per_request(storage),
             request_bytes=sizes[0],
             response_bytes=sizes[1],
         )
@@ -957,9 +1074,13 @@ def main() -> None:
         help="comma-separated subset of: " + ", ".join(RPCS) + " (for profiling one of them)",
     )
     parser.add_argument("--serve-echo", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--storage-worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_echo is not None:
         asyncio.run(serve_echo(args.serve_echo))
+        return
+    if args.storage_worker is not None:
+        asyncio.run(serve_storage(args.storage_worker))
         return
     warmup = args.warmup if args.warmup is not None else max(32, args.requests // 10)
     rpcs = frozenset(name.strip() for name in args.rpcs.split(",") if name.strip())
