@@ -21,7 +21,6 @@ generated protobuf (de)serializers and default channel and server options.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -34,8 +33,8 @@ from agentactivity.host.v1 import (
     host_pb2,
     host_pb2_grpc,
     runtime_pb2,
-    runtime_pb2_grpc,
 )
+from bench.running_turn import open_running_turn
 
 __all__ = ["BareRelay", "Consumer", "Producer"]
 
@@ -78,100 +77,24 @@ class Producer:
         self.turn_id = "t-bench"
         self._channels: list[grpc.aio.Channel] = []
         self._links: dict[str, Any] = {}
-        self._commands: asyncio.Queue[runtime_pb2.RuntimeCommand] = asyncio.Queue()
-        self._results: asyncio.Queue[runtime_pb2.ReportResult] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
 
     async def cmd_setup_host(self, address: str, admin_token: str, service_token: str) -> str:
         """Target, Session, runtime link and a running Turn on Host; returns the Turn id."""
-        admin = _bearer(admin_token)
         channel = grpc.aio.insecure_channel(address)
         self._channels.append(channel)
-        host: Any = host_pb2_grpc.HostServiceStub(channel)
-        await host.RegisterAgentTarget(
-            host_pb2.RegisterAgentTargetRequest(
-                target=host_pb2.AgentTarget(
-                    agent_target_id=TARGET,
-                    provider="bench",
-                    display_name=TARGET,
-                    enabled=True,
-                    launch_ref=host_pb2.AgentLaunchRef(runtime_target_ref="bench:default"),
-                )
-            ),
-            metadata=admin,
+        running = await open_running_turn(
+            channel,
+            admin_token,
+            service_token,
+            workspace=WORKSPACE,
+            session=SESSION,
+            target=TARGET,
         )
-        await host.CreateSession(
-            host_pb2.CreateSessionRequest(
-                workspace_id=WORKSPACE, agent_target_id=TARGET, session_id=SESSION, cwd="/"
-            ),
-            metadata=admin,
-        )
-        link = runtime_pb2_grpc.RuntimeLinkServiceStub(channel).RuntimeLink(
-            metadata=_bearer(service_token)
-        )
-        self._links["host"] = link
-        await link.write(
-            runtime_pb2.RuntimeLinkRequest(
-                hello=runtime_pb2.RuntimeHello(
-                    runtime_id="bench-runtime",
-                    runtime_instance_id="i1",
-                    protocol_revision=1,
-                    providers=["bench"],
-                )
-            )
-        )
-        self._tasks.append(asyncio.create_task(self._read_link(link)))
-        sent = await host.SendInput(
-            host_pb2.SendInputRequest(
-                workspace_id=WORKSPACE,
-                session_id=SESSION,
-                client_submit_id="c1",
-                delivery=canonical_pb2.DELIVERY_MODE_NEW_TURN,
-                mode=canonical_pb2.COMPOSER_MODE_AGENT,
-                content="go",
-            ),
-            metadata=admin,
-        )
-        self.turn_id = sent.turn.turn_id
-        command = await asyncio.wait_for(self._commands.get(), 30)
-        await link.write(
-            runtime_pb2.RuntimeLinkRequest(
-                command_ack=runtime_pb2.CommandAck(
-                    command_id=command.command_id, status=runtime_pb2.COMMAND_ACK_STATUS_ACCEPTED
-                )
-            )
-        )
-        await link.write(
-            runtime_pb2.RuntimeLinkRequest(
-                report=runtime_pb2.RuntimeReport(
-                    workspace_id=WORKSPACE,
-                    session_id=SESSION,
-                    report_id="r1",
-                    items=[
-                        runtime_pb2.ReportItem(
-                            turn_patch=runtime_pb2.TurnPatch(
-                                turn_id=self.turn_id,
-                                phase=canonical_pb2.TURN_PHASE_RUNNING,
-                                occurred_at_unix_ms=int(time.time() * 1000),
-                            )
-                        )
-                    ],
-                )
-            )
-        )
-        result = await asyncio.wait_for(self._results.get(), 30)
-        if result.outcome != runtime_pb2.REPORT_OUTCOME_APPLIED:
-            raise RuntimeError(f"the running-Turn report was not applied: {result}")
+        self._links["host"] = running.link
+        self._tasks.append(running.reader)
+        self.turn_id = running.turn_id
         return self.turn_id
-
-    async def _read_link(self, link: Any) -> None:
-        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.CancelledError):
-            async for frame in link:
-                kind = frame.WhichOneof("frame")
-                if kind == "command":
-                    self._commands.put_nowait(frame.command)
-                elif kind == "report_result":
-                    self._results.put_nowait(frame.report_result)
 
     async def cmd_connect_bare(self, address: str) -> None:
         """Open the bare relay's ingest stream (bidi, like ``RuntimeLink``)."""
