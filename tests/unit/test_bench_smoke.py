@@ -57,6 +57,7 @@ def test_report_helpers_check_targets_at_concurrency_32() -> None:
             storage=summarize("storage", [1.0], 1 / 500),
             host_cpu_ms_per_request=1.0,
             echo_cpu_ms_per_request=0.1,
+            storage_cpu_ms_per_request=0.5,
             request_bytes=10,
             response_bytes=20,
         )
