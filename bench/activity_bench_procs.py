@@ -27,21 +27,17 @@ from typing import Any
 
 import grpc
 
-from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import (
     activity_pb2,
     host_pb2,
     host_pb2_grpc,
     runtime_pb2,
 )
+from bench.live_bench_common import SESSION, TARGET, WORKSPACE, text_delta
 from bench.running_turn import open_running_turn
 
 __all__ = ["BareRelay", "Consumer", "Producer"]
 
-WORKSPACE = "ws-bench"
-SESSION = "s-bench"
-TARGET = "bench-target"
-MESSAGE = "m-bench"
 PADDING = "x" * 48
 BARE_INGEST = "/bench.Bare/Ingest"
 BARE_STREAM = "/bench.Bare/Stream"
@@ -55,17 +51,7 @@ def _frame(turn_id: str, index: int) -> runtime_pb2.RuntimeLinkRequest:
     """One runtime frame carrying one text delta stamped with its send time."""
     return runtime_pb2.RuntimeLinkRequest(
         deltas=runtime_pb2.MessageDeltaBatch(
-            deltas=[
-                canonical_pb2.MessageDelta(
-                    workspace_id=WORKSPACE,
-                    session_id=SESSION,
-                    turn_id=turn_id,
-                    message_id=MESSAGE,
-                    target=canonical_pb2.DELTA_TARGET_TEXT,
-                    operation=canonical_pb2.DELTA_OPERATION_APPEND_TEXT,
-                    text=f"{time.perf_counter_ns()}|{index}|{PADDING}",
-                )
-            ]
+            deltas=[text_delta(turn_id, f"{time.perf_counter_ns()}|{index}|{PADDING}")]
         )
     )
 

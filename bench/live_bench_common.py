@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from agentactivity.canonical.v1 import canonical_pb2
+
 __all__ = [
     "MIN_WIDTH",
     "SESSION",
@@ -26,6 +28,21 @@ WORKSPACE = "ws-bench"
 SESSION = "s-bench"
 TARGET = "bench-target"
 MESSAGE = "m-bench"
+
+
+def text_delta(turn_id: str, text: str) -> canonical_pb2.MessageDelta:
+    """One append-text delta of the bench Turn's message (the producers' unit of traffic)."""
+    return canonical_pb2.MessageDelta(
+        workspace_id=WORKSPACE,
+        session_id=SESSION,
+        turn_id=turn_id,
+        message_id=MESSAGE,
+        target=canonical_pb2.DELTA_TARGET_TEXT,
+        operation=canonical_pb2.DELTA_OPERATION_APPEND_TEXT,
+        text=text,
+    )
+
+
 _STAMP = 19
 _INDEX = 10
 MIN_WIDTH = _STAMP + _INDEX

@@ -23,27 +23,14 @@ import grpc
 import nats
 from nats.js import api as js_api
 
-from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import runtime_pb2
 from agentactivity.livestream.v1 import livestream_pb2
-from bench.live_bench_common import MESSAGE, SESSION, TARGET, WORKSPACE, op_text
+from bench.live_bench_common import SESSION, TARGET, WORKSPACE, op_text, text_delta
 from bench.running_turn import open_running_turn
 
 __all__ = ["BareServer", "Producer"]
 
 _BYTES = {"request_serializer": bytes, "response_deserializer": bytes}
-
-
-def _delta(turn_id: str, text: str) -> canonical_pb2.MessageDelta:
-    return canonical_pb2.MessageDelta(
-        workspace_id=WORKSPACE,
-        session_id=SESSION,
-        turn_id=turn_id,
-        message_id=MESSAGE,
-        target=canonical_pb2.DELTA_TARGET_TEXT,
-        operation=canonical_pb2.DELTA_OPERATION_APPEND_TEXT,
-        text=text,
-    )
 
 
 class Producer:
@@ -124,7 +111,8 @@ class Producer:
                 if delay > 0:
                     await asyncio.sleep(delay)
             deltas = [
-                _delta(self.turn_id, op_text(first_index + sent + k, width)) for k in range(size)
+                text_delta(self.turn_id, op_text(first_index + sent + k, width))
+                for k in range(size)
             ]
             if system == "nats":
                 for delta in deltas:
