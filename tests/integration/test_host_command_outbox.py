@@ -1,4 +1,4 @@
-"""Retention and dispatch of the runtime command outbox (HOST-RT-1, HOST-INT-3, ADR 0013).
+"""The runtime command outbox: retention and dispatch (HOST-RT-1, HOST-RT-5, HOST-INT-3, ADR 0013).
 
 Acknowledged commands leave the outbox, except a delivered interaction response whose
 operation is still open (a ``pending`` disposition may re-dispatch it); those go once the
@@ -55,7 +55,7 @@ def _eventually(
     return rows
 
 
-@pytest.mark.spec("HOST-RT-1")
+@pytest.mark.spec("HOST-RT-1", "HOST-RT-5")
 def test_acknowledged_commands_leave_the_outbox_and_open_ones_are_retried(
     migrated_db_url: str, live_server: Callable[..., LiveServer]
 ) -> None:
@@ -86,7 +86,7 @@ def test_acknowledged_commands_leave_the_outbox_and_open_ones_are_retried(
     again.close()
 
 
-@pytest.mark.spec("HOST-INT-3")
+@pytest.mark.spec("HOST-INT-3", "HOST-RT-5")
 def test_a_delivered_response_stays_until_its_operation_completes(
     migrated_db_url: str, live_server: Callable[..., LiveServer]
 ) -> None:
