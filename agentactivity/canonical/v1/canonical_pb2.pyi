@@ -379,6 +379,38 @@ DELTA_TARGET_TOOL_OUTPUT: DeltaTarget.ValueType  # 3
 """DELTA_TARGET_TOOL_OUTPUT: `payload.output.text` of the tool-call message."""
 Global___DeltaTarget: _TypeAlias = DeltaTarget  # noqa: Y015
 
+class _FileChangeKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _FileChangeKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FileChangeKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    FILE_CHANGE_KIND_UNSPECIFIED: _FileChangeKind.ValueType  # 0
+    """FILE_CHANGE_KIND_UNSPECIFIED is invalid on the wire."""
+    FILE_CHANGE_KIND_CREATED: _FileChangeKind.ValueType  # 1
+    """FILE_CHANGE_KIND_CREATED is a new file."""
+    FILE_CHANGE_KIND_MODIFIED: _FileChangeKind.ValueType  # 2
+    """FILE_CHANGE_KIND_MODIFIED is a changed file."""
+    FILE_CHANGE_KIND_DELETED: _FileChangeKind.ValueType  # 3
+    """FILE_CHANGE_KIND_DELETED is a removed file."""
+    FILE_CHANGE_KIND_RENAMED: _FileChangeKind.ValueType  # 4
+    """FILE_CHANGE_KIND_RENAMED is a file moved from `previous_path`."""
+
+class FileChangeKind(_FileChangeKind, metaclass=_FileChangeKindEnumTypeWrapper):
+    """FileChangeKind is what a Turn did to one file (HOST-TURN-8)."""
+
+FILE_CHANGE_KIND_UNSPECIFIED: FileChangeKind.ValueType  # 0
+"""FILE_CHANGE_KIND_UNSPECIFIED is invalid on the wire."""
+FILE_CHANGE_KIND_CREATED: FileChangeKind.ValueType  # 1
+"""FILE_CHANGE_KIND_CREATED is a new file."""
+FILE_CHANGE_KIND_MODIFIED: FileChangeKind.ValueType  # 2
+"""FILE_CHANGE_KIND_MODIFIED is a changed file."""
+FILE_CHANGE_KIND_DELETED: FileChangeKind.ValueType  # 3
+"""FILE_CHANGE_KIND_DELETED is a removed file."""
+FILE_CHANGE_KIND_RENAMED: FileChangeKind.ValueType  # 4
+"""FILE_CHANGE_KIND_RENAMED is a file moved from `previous_path`."""
+Global___FileChangeKind: _TypeAlias = FileChangeKind  # noqa: Y015
+
 @_typing.final
 class SessionSettings(_message.Message):
     """SessionSettings are the typed, target-normalized settings of a Session (HOST-SES-6)."""
@@ -678,6 +710,7 @@ class Turn(_message.Message):
     RESULT_RESOLVED_EMPTY_FIELD_NUMBER: _builtins.int
     ROOT_TURN_ID_FIELD_NUMBER: _builtins.int
     FAILURE_MESSAGE_FIELD_NUMBER: _builtins.int
+    FILE_CHANGES_FIELD_NUMBER: _builtins.int
     workspace_id: _builtins.str
     """workspace_id of the owning Session."""
     session_id: _builtins.str
@@ -708,6 +741,12 @@ class Turn(_message.Message):
     """root_turn_id is the root Session's Turn this (child) Turn works for."""
     failure_message: _builtins.str
     """failure_message is a user-visible reason when outcome is FAILED."""
+    @_builtins.property
+    def file_changes(self) -> _containers.RepeatedCompositeFieldContainer[Global___FileChange]:
+        """file_changes is the runtime-reported file-change snapshot, frozen at
+        settlement (HOST-TURN-8); empty for a Turn settled without one.
+        """
+
     def __init__(
         self,
         *,
@@ -726,10 +765,11 @@ class Turn(_message.Message):
         result_resolved_empty: _builtins.bool = ...,
         root_turn_id: _builtins.str | None = ...,
         failure_message: _builtins.str | None = ...,
+        file_changes: _abc.Iterable[Global___FileChange] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_client_submit_id", b"_client_submit_id", "_failure_message", b"_failure_message", "_result_message_id", b"_result_message_id", "_root_turn_id", b"_root_turn_id", "_settled_at_unix_ms", b"_settled_at_unix_ms", "_started_at_unix_ms", b"_started_at_unix_ms", "client_submit_id", b"client_submit_id", "failure_message", b"failure_message", "result_message_id", b"result_message_id", "root_turn_id", b"root_turn_id", "settled_at_unix_ms", b"settled_at_unix_ms", "started_at_unix_ms", b"started_at_unix_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_client_submit_id", b"_client_submit_id", "_failure_message", b"_failure_message", "_result_message_id", b"_result_message_id", "_root_turn_id", b"_root_turn_id", "_settled_at_unix_ms", b"_settled_at_unix_ms", "_started_at_unix_ms", b"_started_at_unix_ms", "client_submit_id", b"client_submit_id", "created_at_unix_ms", b"created_at_unix_ms", "failure_message", b"failure_message", "origin", b"origin", "outcome", b"outcome", "phase", b"phase", "result_message_id", b"result_message_id", "result_resolved_empty", b"result_resolved_empty", "root_turn_id", b"root_turn_id", "session_id", b"session_id", "settled_at_unix_ms", b"settled_at_unix_ms", "started_at_unix_ms", b"started_at_unix_ms", "turn_id", b"turn_id", "version", b"version", "workspace_id", b"workspace_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_client_submit_id", b"_client_submit_id", "_failure_message", b"_failure_message", "_result_message_id", b"_result_message_id", "_root_turn_id", b"_root_turn_id", "_settled_at_unix_ms", b"_settled_at_unix_ms", "_started_at_unix_ms", b"_started_at_unix_ms", "client_submit_id", b"client_submit_id", "created_at_unix_ms", b"created_at_unix_ms", "failure_message", b"failure_message", "file_changes", b"file_changes", "origin", b"origin", "outcome", b"outcome", "phase", b"phase", "result_message_id", b"result_message_id", "result_resolved_empty", b"result_resolved_empty", "root_turn_id", b"root_turn_id", "session_id", b"session_id", "settled_at_unix_ms", b"settled_at_unix_ms", "started_at_unix_ms", b"started_at_unix_ms", "turn_id", b"turn_id", "version", b"version", "workspace_id", b"workspace_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__client_submit_id: _TypeAlias = _typing.Literal["client_submit_id"]  # noqa: Y015
     _WhichOneofArgType__client_submit_id: _TypeAlias = _typing.Literal["_client_submit_id", b"_client_submit_id"]  # noqa: Y015
@@ -757,6 +797,64 @@ class Turn(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__started_at_unix_ms) -> _WhichOneofReturnType__started_at_unix_ms | None: ...
 
 Global___Turn: _TypeAlias = Turn  # noqa: Y015
+
+@_typing.final
+class FileChange(_message.Message):
+    """FileChange is one entry of a Turn's file-change snapshot (HOST-TURN-8)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    CHANGE_FIELD_NUMBER: _builtins.int
+    PREVIOUS_PATH_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    """path is the file's workspace-relative path."""
+    change: Global___FileChangeKind.ValueType
+    """change is what happened to it."""
+    previous_path: _builtins.str
+    """previous_path is the old path of a RENAMED file."""
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        change: Global___FileChangeKind.ValueType = ...,
+        previous_path: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_previous_path", b"_previous_path", "previous_path", b"previous_path"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_previous_path", b"_previous_path", "change", b"change", "path", b"path", "previous_path", b"previous_path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__previous_path: _TypeAlias = _typing.Literal["previous_path"]  # noqa: Y015
+    _WhichOneofArgType__previous_path: _TypeAlias = _typing.Literal["_previous_path", b"_previous_path"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__previous_path) -> _WhichOneofReturnType__previous_path | None: ...
+
+Global___FileChange: _TypeAlias = FileChange  # noqa: Y015
+
+@_typing.final
+class FileChangeSet(_message.Message):
+    """FileChangeSet is a whole file-change snapshot. As a message field its presence
+    matters: absent means "unchanged", present and empty means "no changes".
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHANGES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def changes(self) -> _containers.RepeatedCompositeFieldContainer[Global___FileChange]:
+        """changes of the snapshot, one per path."""
+
+    def __init__(
+        self,
+        *,
+        changes: _abc.Iterable[Global___FileChange] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FileChangeSet: _TypeAlias = FileChangeSet  # noqa: Y015
 
 @_typing.final
 class AgentMention(_message.Message):

@@ -937,6 +937,12 @@ class GetMentionCatalogResponse(_message.Message):
 
     AGENTS_FIELD_NUMBER: _builtins.int
     SHADOWED_NAMES_FIELD_NUMBER: _builtins.int
+    UNAVAILABLE_REASON_FIELD_NUMBER: _builtins.int
+    unavailable_reason: _builtins.str
+    """unavailable_reason is set when the workspace file index or the launch catalog
+    could not be read (HOST-MENT-4): `WORKSPACE_INDEX_UNAVAILABLE` or
+    `CATALOG_UNAVAILABLE`; `agents` and `shadowed_names` are then empty.
+    """
     @_builtins.property
     def agents(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubagentDescriptor]:
         """agents are the subagents offered in the `@` menu's Agents group."""
@@ -952,12 +958,15 @@ class GetMentionCatalogResponse(_message.Message):
         *,
         agents: _abc.Iterable[Global___SubagentDescriptor] | None = ...,
         shadowed_names: _abc.Iterable[_builtins.str] | None = ...,
+        unavailable_reason: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_unavailable_reason", b"_unavailable_reason", "unavailable_reason", b"unavailable_reason"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agents", b"agents", "shadowed_names", b"shadowed_names"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_unavailable_reason", b"_unavailable_reason", "agents", b"agents", "shadowed_names", b"shadowed_names", "unavailable_reason", b"unavailable_reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__unavailable_reason: _TypeAlias = _typing.Literal["unavailable_reason"]  # noqa: Y015
+    _WhichOneofArgType__unavailable_reason: _TypeAlias = _typing.Literal["_unavailable_reason", b"_unavailable_reason"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__unavailable_reason) -> _WhichOneofReturnType__unavailable_reason | None: ...
 
 Global___GetMentionCatalogResponse: _TypeAlias = GetMentionCatalogResponse  # noqa: Y015
 
@@ -1610,6 +1619,247 @@ class GetSessionResponse(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__latest_turn) -> _WhichOneofReturnType__latest_turn | None: ...
 
 Global___GetSessionResponse: _TypeAlias = GetSessionResponse  # noqa: Y015
+
+@_typing.final
+class ActivateSessionRequest(_message.Message):
+    """ActivateSessionRequest activates an existing Session (HOST-SES-9)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKSPACE_ID_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    ACTIVATION_ID_FIELD_NUMBER: _builtins.int
+    workspace_id: _builtins.str
+    """workspace_id owning the Session."""
+    session_id: _builtins.str
+    """session_id to activate."""
+    activation_id: _builtins.str
+    """activation_id is the caller's idempotency key for this activation."""
+    def __init__(
+        self,
+        *,
+        workspace_id: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        activation_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activation_id", b"activation_id", "session_id", b"session_id", "workspace_id", b"workspace_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ActivateSessionRequest: _TypeAlias = ActivateSessionRequest  # noqa: Y015
+
+@_typing.final
+class ActivateSessionResponse(_message.Message):
+    """ActivateSessionResponse is the complete detail aggregate after activation."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DETAIL_FIELD_NUMBER: _builtins.int
+    REPLAYED_FIELD_NUMBER: _builtins.int
+    replayed: _builtins.bool
+    """replayed is true when `activation_id` was already activated (nothing sent)."""
+    @_builtins.property
+    def detail(self) -> Global___GetSessionResponse:
+        """detail is the Session's aggregate as GetSession returns it (HOST-SES-3)."""
+
+    def __init__(
+        self,
+        *,
+        detail: Global___GetSessionResponse | None = ...,
+        replayed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "replayed", b"replayed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ActivateSessionResponse: _TypeAlias = ActivateSessionResponse  # noqa: Y015
+
+@_typing.final
+class SearchGeneratedFilesRequest(_message.Message):
+    """SearchGeneratedFilesRequest searches one rail section's generated files."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKSPACE_ID_FIELD_NUMBER: _builtins.int
+    SECTION_KEY_FIELD_NUMBER: _builtins.int
+    QUERY_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    workspace_id: _builtins.str
+    """workspace_id to search."""
+    section_key: _builtins.str
+    """section_key is the exact rail section key; required."""
+    query: _builtins.str
+    """query is a case-insensitive path substring; unset matches every path."""
+    limit: _builtins.int
+    """limit is the maximum number of entries (default 100, max 1000)."""
+    def __init__(
+        self,
+        *,
+        workspace_id: _builtins.str = ...,
+        section_key: _builtins.str = ...,
+        query: _builtins.str | None = ...,
+        limit: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_limit", b"_limit", "_query", b"_query", "limit", b"limit", "query", b"query"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_limit", b"_limit", "_query", b"_query", "limit", b"limit", "query", b"query", "section_key", b"section_key", "workspace_id", b"workspace_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__limit: _TypeAlias = _typing.Literal["limit"]  # noqa: Y015
+    _WhichOneofArgType__limit: _TypeAlias = _typing.Literal["_limit", b"_limit"]  # noqa: Y015
+    _WhichOneofReturnType__query: _TypeAlias = _typing.Literal["query"]  # noqa: Y015
+    _WhichOneofArgType__query: _TypeAlias = _typing.Literal["_query", b"_query"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__limit) -> _WhichOneofReturnType__limit | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__query) -> _WhichOneofReturnType__query | None: ...
+
+Global___SearchGeneratedFilesRequest: _TypeAlias = SearchGeneratedFilesRequest  # noqa: Y015
+
+@_typing.final
+class GeneratedFile(_message.Message):
+    """GeneratedFile is one path's latest state in a section (HOST-SES-8)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    CHANGE_FIELD_NUMBER: _builtins.int
+    PREVIOUS_PATH_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    TURN_ID_FIELD_NUMBER: _builtins.int
+    SETTLED_AT_UNIX_MS_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    """path of the file."""
+    change: _canonical_pb2.FileChangeKind.ValueType
+    """change is the latest settled Turn's change to it (never DELETED)."""
+    previous_path: _builtins.str
+    """previous_path is the old path of a RENAMED file."""
+    session_id: _builtins.str
+    """session_id of the Turn that decided the entry."""
+    turn_id: _builtins.str
+    """turn_id of the Turn that decided the entry."""
+    settled_at_unix_ms: _builtins.int
+    """settled_at_unix_ms is when that Turn settled."""
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        change: _canonical_pb2.FileChangeKind.ValueType = ...,
+        previous_path: _builtins.str | None = ...,
+        session_id: _builtins.str = ...,
+        turn_id: _builtins.str = ...,
+        settled_at_unix_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_previous_path", b"_previous_path", "previous_path", b"previous_path"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_previous_path", b"_previous_path", "change", b"change", "path", b"path", "previous_path", b"previous_path", "session_id", b"session_id", "settled_at_unix_ms", b"settled_at_unix_ms", "turn_id", b"turn_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__previous_path: _TypeAlias = _typing.Literal["previous_path"]  # noqa: Y015
+    _WhichOneofArgType__previous_path: _TypeAlias = _typing.Literal["_previous_path", b"_previous_path"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__previous_path) -> _WhichOneofReturnType__previous_path | None: ...
+
+Global___GeneratedFile: _TypeAlias = GeneratedFile  # noqa: Y015
+
+@_typing.final
+class SearchGeneratedFilesResponse(_message.Message):
+    """SearchGeneratedFilesResponse holds the combined entries, newest first."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def files(self) -> _containers.RepeatedCompositeFieldContainer[Global___GeneratedFile]:
+        """files are at most `limit` entries."""
+
+    def __init__(
+        self,
+        *,
+        files: _abc.Iterable[Global___GeneratedFile] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["files", b"files"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SearchGeneratedFilesResponse: _TypeAlias = SearchGeneratedFilesResponse  # noqa: Y015
+
+@_typing.final
+class GetTurnResultRequest(_message.Message):
+    """GetTurnResultRequest names one Turn."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKSPACE_ID_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    TURN_ID_FIELD_NUMBER: _builtins.int
+    workspace_id: _builtins.str
+    """workspace_id owning the Session."""
+    session_id: _builtins.str
+    """session_id owning the Turn."""
+    turn_id: _builtins.str
+    """turn_id to read."""
+    def __init__(
+        self,
+        *,
+        workspace_id: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        turn_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id", "turn_id", b"turn_id", "workspace_id", b"workspace_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetTurnResultRequest: _TypeAlias = GetTurnResultRequest  # noqa: Y015
+
+@_typing.final
+class GetTurnResultResponse(_message.Message):
+    """GetTurnResultResponse is a settled Turn's frozen result (HOST-TURN-7)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TURN_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    RESOLVED_EMPTY_FIELD_NUMBER: _builtins.int
+    LEGACY_FALLBACK_FIELD_NUMBER: _builtins.int
+    resolved_empty: _builtins.bool
+    """resolved_empty is true when the Turn settled with no result message."""
+    legacy_fallback: _builtins.bool
+    """legacy_fallback is true when the Turn has no resolution metadata and
+    `message` is the latest assistant text among its newest 200 messages.
+    """
+    @_builtins.property
+    def turn(self) -> _canonical_pb2.Turn:
+        """turn is the settled Turn."""
+
+    @_builtins.property
+    def message(self) -> _canonical_pb2.Message:
+        """message is the result message; unset when `resolved_empty` or when a legacy
+        Turn has no assistant text.
+        """
+
+    def __init__(
+        self,
+        *,
+        turn: _canonical_pb2.Turn | None = ...,
+        message: _canonical_pb2.Message | None = ...,
+        resolved_empty: _builtins.bool = ...,
+        legacy_fallback: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_message", b"_message", "message", b"message", "turn", b"turn"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_message", b"_message", "legacy_fallback", b"legacy_fallback", "message", b"message", "resolved_empty", b"resolved_empty", "turn", b"turn"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__message: _TypeAlias = _typing.Literal["message"]  # noqa: Y015
+    _WhichOneofArgType__message: _TypeAlias = _typing.Literal["_message", b"_message"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__message) -> _WhichOneofReturnType__message | None: ...
+
+Global___GetTurnResultResponse: _TypeAlias = GetTurnResultResponse  # noqa: Y015
 
 @_typing.final
 class SessionIdSet(_message.Message):

@@ -83,6 +83,16 @@ class HostServiceStub:
                 request_serializer=agentactivity_dot_host_dot_v1_dot_host__pb2.GetSessionRequest.SerializeToString,
                 response_deserializer=agentactivity_dot_host_dot_v1_dot_host__pb2.GetSessionResponse.FromString,
                 _registered_method=True)
+        self.ActivateSession = channel.unary_unary(
+                '/agentactivity.host.v1.HostService/ActivateSession',
+                request_serializer=agentactivity_dot_host_dot_v1_dot_host__pb2.ActivateSessionRequest.SerializeToString,
+                response_deserializer=agentactivity_dot_host_dot_v1_dot_host__pb2.ActivateSessionResponse.FromString,
+                _registered_method=True)
+        self.SearchGeneratedFiles = channel.unary_unary(
+                '/agentactivity.host.v1.HostService/SearchGeneratedFiles',
+                request_serializer=agentactivity_dot_host_dot_v1_dot_host__pb2.SearchGeneratedFilesRequest.SerializeToString,
+                response_deserializer=agentactivity_dot_host_dot_v1_dot_host__pb2.SearchGeneratedFilesResponse.FromString,
+                _registered_method=True)
         self.ListSessionSections = channel.unary_unary(
                 '/agentactivity.host.v1.HostService/ListSessionSections',
                 request_serializer=agentactivity_dot_host_dot_v1_dot_host__pb2.ListSessionSectionsRequest.SerializeToString,
@@ -137,6 +147,11 @@ class HostServiceStub:
                 '/agentactivity.host.v1.HostService/ListSessionTurns',
                 request_serializer=agentactivity_dot_host_dot_v1_dot_host__pb2.ListSessionTurnsRequest.SerializeToString,
                 response_deserializer=agentactivity_dot_host_dot_v1_dot_host__pb2.ListSessionTurnsResponse.FromString,
+                _registered_method=True)
+        self.GetTurnResult = channel.unary_unary(
+                '/agentactivity.host.v1.HostService/GetTurnResult',
+                request_serializer=agentactivity_dot_host_dot_v1_dot_host__pb2.GetTurnResultRequest.SerializeToString,
+                response_deserializer=agentactivity_dot_host_dot_v1_dot_host__pb2.GetTurnResultResponse.FromString,
                 _registered_method=True)
         self.ListSessionMessages = channel.unary_unary(
                 '/agentactivity.host.v1.HostService/ListSessionMessages',
@@ -346,6 +361,26 @@ class HostServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ActivateSession(self, request, context):
+        """ActivateSession activates an existing Session without starting a Turn
+        (HOST-SES-9): inside the Session's mutation lane Host sends `resume_session`
+        to the runtime serving it, waits for its acknowledgement and returns the
+        detail aggregate. A replay of `activation_id` sends nothing. Errors:
+        NOT_FOUND; UNAVAILABLE RUNTIME_UNAVAILABLE; FAILED_PRECONDITION RESUME_REJECTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SearchGeneratedFiles(self, request, context):
+        """SearchGeneratedFiles combines the file-change snapshots of a bounded window
+        of recently settled Turns of one rail section's live Sessions into one entry
+        per path, newest first (HOST-SES-8). `section_key` is required.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListSessionSections(self, request, context):
         """ListSessionSections returns every user-project section plus the
         conversations section, the first page of each, and the first pinned page, all
@@ -459,6 +494,16 @@ class HostServiceServicer:
         audit query that returns all of them (HOST-FORK-1). Livestream reads
         attachment baselines with it (LIVE-ATT-1). Errors: INVALID_ARGUMENT
         `INVALID_CURSOR`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTurnResult(self, request, context):
+        """GetTurnResult reads a settled Turn's frozen result (HOST-TURN-7): exactly its
+        result message, or none with `resolved_empty`; legacy Turns without
+        resolution metadata get a bounded fallback flagged `legacy_fallback`. Errors:
+        NOT_FOUND TURN_NOT_FOUND; FAILED_PRECONDITION TURN_NOT_SETTLED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -731,6 +776,16 @@ def add_HostServiceServicer_to_server(servicer, server):
                     request_deserializer=agentactivity_dot_host_dot_v1_dot_host__pb2.GetSessionRequest.FromString,
                     response_serializer=agentactivity_dot_host_dot_v1_dot_host__pb2.GetSessionResponse.SerializeToString,
             ),
+            'ActivateSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.ActivateSession,
+                    request_deserializer=agentactivity_dot_host_dot_v1_dot_host__pb2.ActivateSessionRequest.FromString,
+                    response_serializer=agentactivity_dot_host_dot_v1_dot_host__pb2.ActivateSessionResponse.SerializeToString,
+            ),
+            'SearchGeneratedFiles': grpc.unary_unary_rpc_method_handler(
+                    servicer.SearchGeneratedFiles,
+                    request_deserializer=agentactivity_dot_host_dot_v1_dot_host__pb2.SearchGeneratedFilesRequest.FromString,
+                    response_serializer=agentactivity_dot_host_dot_v1_dot_host__pb2.SearchGeneratedFilesResponse.SerializeToString,
+            ),
             'ListSessionSections': grpc.unary_unary_rpc_method_handler(
                     servicer.ListSessionSections,
                     request_deserializer=agentactivity_dot_host_dot_v1_dot_host__pb2.ListSessionSectionsRequest.FromString,
@@ -785,6 +840,11 @@ def add_HostServiceServicer_to_server(servicer, server):
                     servicer.ListSessionTurns,
                     request_deserializer=agentactivity_dot_host_dot_v1_dot_host__pb2.ListSessionTurnsRequest.FromString,
                     response_serializer=agentactivity_dot_host_dot_v1_dot_host__pb2.ListSessionTurnsResponse.SerializeToString,
+            ),
+            'GetTurnResult': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTurnResult,
+                    request_deserializer=agentactivity_dot_host_dot_v1_dot_host__pb2.GetTurnResultRequest.FromString,
+                    response_serializer=agentactivity_dot_host_dot_v1_dot_host__pb2.GetTurnResultResponse.SerializeToString,
             ),
             'ListSessionMessages': grpc.unary_unary_rpc_method_handler(
                     servicer.ListSessionMessages,
@@ -1140,6 +1200,60 @@ class HostService:
             _registered_method=True)
 
     @staticmethod
+    def ActivateSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentactivity.host.v1.HostService/ActivateSession',
+            agentactivity_dot_host_dot_v1_dot_host__pb2.ActivateSessionRequest.SerializeToString,
+            agentactivity_dot_host_dot_v1_dot_host__pb2.ActivateSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SearchGeneratedFiles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentactivity.host.v1.HostService/SearchGeneratedFiles',
+            agentactivity_dot_host_dot_v1_dot_host__pb2.SearchGeneratedFilesRequest.SerializeToString,
+            agentactivity_dot_host_dot_v1_dot_host__pb2.SearchGeneratedFilesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def ListSessionSections(request,
             target,
             options=(),
@@ -1426,6 +1540,33 @@ class HostService:
             '/agentactivity.host.v1.HostService/ListSessionTurns',
             agentactivity_dot_host_dot_v1_dot_host__pb2.ListSessionTurnsRequest.SerializeToString,
             agentactivity_dot_host_dot_v1_dot_host__pb2.ListSessionTurnsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTurnResult(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentactivity.host.v1.HostService/GetTurnResult',
+            agentactivity_dot_host_dot_v1_dot_host__pb2.GetTurnResultRequest.SerializeToString,
+            agentactivity_dot_host_dot_v1_dot_host__pb2.GetTurnResultResponse.FromString,
             options,
             channel_credentials,
             insecure,

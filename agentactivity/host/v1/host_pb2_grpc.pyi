@@ -135,6 +135,18 @@ class HostServiceStub:
     exposes legacy status, last error or provider-private runtime context.
     Livestream reads attachment baselines with it (LIVE-ATT-1).
     """
+    ActivateSession: _grpc.UnaryUnaryMultiCallable[_host_pb2.ActivateSessionRequest, _host_pb2.ActivateSessionResponse]
+    """ActivateSession activates an existing Session without starting a Turn
+    (HOST-SES-9): inside the Session's mutation lane Host sends `resume_session`
+    to the runtime serving it, waits for its acknowledgement and returns the
+    detail aggregate. A replay of `activation_id` sends nothing. Errors:
+    NOT_FOUND; UNAVAILABLE RUNTIME_UNAVAILABLE; FAILED_PRECONDITION RESUME_REJECTED.
+    """
+    SearchGeneratedFiles: _grpc.UnaryUnaryMultiCallable[_host_pb2.SearchGeneratedFilesRequest, _host_pb2.SearchGeneratedFilesResponse]
+    """SearchGeneratedFiles combines the file-change snapshots of a bounded window
+    of recently settled Turns of one rail section's live Sessions into one entry
+    per path, newest first (HOST-SES-8). `section_key` is required.
+    """
     ListSessionSections: _grpc.UnaryUnaryMultiCallable[_host_pb2.ListSessionSectionsRequest, _host_pb2.ListSessionSectionsResponse]
     """ListSessionSections returns every user-project section plus the
     conversations section, the first page of each, and the first pinned page, all
@@ -208,6 +220,12 @@ class HostServiceStub:
     audit query that returns all of them (HOST-FORK-1). Livestream reads
     attachment baselines with it (LIVE-ATT-1). Errors: INVALID_ARGUMENT
     `INVALID_CURSOR`.
+    """
+    GetTurnResult: _grpc.UnaryUnaryMultiCallable[_host_pb2.GetTurnResultRequest, _host_pb2.GetTurnResultResponse]
+    """GetTurnResult reads a settled Turn's frozen result (HOST-TURN-7): exactly its
+    result message, or none with `resolved_empty`; legacy Turns without
+    resolution metadata get a bounded fallback flagged `legacy_fallback`. Errors:
+    NOT_FOUND TURN_NOT_FOUND; FAILED_PRECONDITION TURN_NOT_SETTLED.
     """
     ListSessionMessages: _grpc.UnaryUnaryMultiCallable[_host_pb2.ListSessionMessagesRequest, _host_pb2.ListSessionMessagesResponse]
     """---- Messages (HOST-MSG-1..2) ----
@@ -429,6 +447,18 @@ class HostServiceAsyncStub(HostServiceStub):
     exposes legacy status, last error or provider-private runtime context.
     Livestream reads attachment baselines with it (LIVE-ATT-1).
     """
+    ActivateSession: _aio.UnaryUnaryMultiCallable[_host_pb2.ActivateSessionRequest, _host_pb2.ActivateSessionResponse]  # type: ignore[assignment]
+    """ActivateSession activates an existing Session without starting a Turn
+    (HOST-SES-9): inside the Session's mutation lane Host sends `resume_session`
+    to the runtime serving it, waits for its acknowledgement and returns the
+    detail aggregate. A replay of `activation_id` sends nothing. Errors:
+    NOT_FOUND; UNAVAILABLE RUNTIME_UNAVAILABLE; FAILED_PRECONDITION RESUME_REJECTED.
+    """
+    SearchGeneratedFiles: _aio.UnaryUnaryMultiCallable[_host_pb2.SearchGeneratedFilesRequest, _host_pb2.SearchGeneratedFilesResponse]  # type: ignore[assignment]
+    """SearchGeneratedFiles combines the file-change snapshots of a bounded window
+    of recently settled Turns of one rail section's live Sessions into one entry
+    per path, newest first (HOST-SES-8). `section_key` is required.
+    """
     ListSessionSections: _aio.UnaryUnaryMultiCallable[_host_pb2.ListSessionSectionsRequest, _host_pb2.ListSessionSectionsResponse]  # type: ignore[assignment]
     """ListSessionSections returns every user-project section plus the
     conversations section, the first page of each, and the first pinned page, all
@@ -502,6 +532,12 @@ class HostServiceAsyncStub(HostServiceStub):
     audit query that returns all of them (HOST-FORK-1). Livestream reads
     attachment baselines with it (LIVE-ATT-1). Errors: INVALID_ARGUMENT
     `INVALID_CURSOR`.
+    """
+    GetTurnResult: _aio.UnaryUnaryMultiCallable[_host_pb2.GetTurnResultRequest, _host_pb2.GetTurnResultResponse]  # type: ignore[assignment]
+    """GetTurnResult reads a settled Turn's frozen result (HOST-TURN-7): exactly its
+    result message, or none with `resolved_empty`; legacy Turns without
+    resolution metadata get a bounded fallback flagged `legacy_fallback`. Errors:
+    NOT_FOUND TURN_NOT_FOUND; FAILED_PRECONDITION TURN_NOT_SETTLED.
     """
     ListSessionMessages: _aio.UnaryUnaryMultiCallable[_host_pb2.ListSessionMessagesRequest, _host_pb2.ListSessionMessagesResponse]  # type: ignore[assignment]
     """---- Messages (HOST-MSG-1..2) ----
@@ -776,6 +812,30 @@ class HostServiceServicer(metaclass=_abc_1.ABCMeta):
         """
 
     @_abc_1.abstractmethod
+    def ActivateSession(
+        self,
+        request: _host_pb2.ActivateSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_host_pb2.ActivateSessionResponse, _abc.Awaitable[_host_pb2.ActivateSessionResponse]]:
+        """ActivateSession activates an existing Session without starting a Turn
+        (HOST-SES-9): inside the Session's mutation lane Host sends `resume_session`
+        to the runtime serving it, waits for its acknowledgement and returns the
+        detail aggregate. A replay of `activation_id` sends nothing. Errors:
+        NOT_FOUND; UNAVAILABLE RUNTIME_UNAVAILABLE; FAILED_PRECONDITION RESUME_REJECTED.
+        """
+
+    @_abc_1.abstractmethod
+    def SearchGeneratedFiles(
+        self,
+        request: _host_pb2.SearchGeneratedFilesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_host_pb2.SearchGeneratedFilesResponse, _abc.Awaitable[_host_pb2.SearchGeneratedFilesResponse]]:
+        """SearchGeneratedFiles combines the file-change snapshots of a bounded window
+        of recently settled Turns of one rail section's live Sessions into one entry
+        per path, newest first (HOST-SES-8). `section_key` is required.
+        """
+
+    @_abc_1.abstractmethod
     def ListSessionSections(
         self,
         request: _host_pb2.ListSessionSectionsRequest,
@@ -913,6 +973,18 @@ class HostServiceServicer(metaclass=_abc_1.ABCMeta):
         audit query that returns all of them (HOST-FORK-1). Livestream reads
         attachment baselines with it (LIVE-ATT-1). Errors: INVALID_ARGUMENT
         `INVALID_CURSOR`.
+        """
+
+    @_abc_1.abstractmethod
+    def GetTurnResult(
+        self,
+        request: _host_pb2.GetTurnResultRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_host_pb2.GetTurnResultResponse, _abc.Awaitable[_host_pb2.GetTurnResultResponse]]:
+        """GetTurnResult reads a settled Turn's frozen result (HOST-TURN-7): exactly its
+        result message, or none with `resolved_empty`; legacy Turns without
+        resolution metadata get a bounded fallback flagged `legacy_fallback`. Errors:
+        NOT_FOUND TURN_NOT_FOUND; FAILED_PRECONDITION TURN_NOT_SETTLED.
         """
 
     @_abc_1.abstractmethod

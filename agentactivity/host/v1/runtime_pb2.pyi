@@ -999,6 +999,7 @@ class TurnPatch(_message.Message):
     FAILURE_MESSAGE_FIELD_NUMBER: _builtins.int
     RESULT_ANCHOR_MESSAGE_ID_FIELD_NUMBER: _builtins.int
     OCCURRED_AT_UNIX_MS_FIELD_NUMBER: _builtins.int
+    FILE_CHANGES_FIELD_NUMBER: _builtins.int
     turn_id: _builtins.str
     """turn_id is the exact Turn."""
     phase: _canonical_pb2.TurnPhase.ValueType
@@ -1018,6 +1019,12 @@ class TurnPatch(_message.Message):
     """
     occurred_at_unix_ms: _builtins.int
     """occurred_at_unix_ms is provider time of the transition."""
+    @_builtins.property
+    def file_changes(self) -> _canonical_pb2.FileChangeSet:
+        """file_changes is the Turn's file-change snapshot so far (HOST-TURN-8); unset
+        leaves the stored one as is. Ignored once the Turn settled (frozen).
+        """
+
     def __init__(
         self,
         *,
@@ -1029,19 +1036,24 @@ class TurnPatch(_message.Message):
         failure_message: _builtins.str | None = ...,
         result_anchor_message_id: _builtins.str | None = ...,
         occurred_at_unix_ms: _builtins.int = ...,
+        file_changes: _canonical_pb2.FileChangeSet | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_failure_message", b"_failure_message", "_result_anchor_message_id", b"_result_anchor_message_id", "_root_turn_id", b"_root_turn_id", "failure_message", b"failure_message", "result_anchor_message_id", b"result_anchor_message_id", "root_turn_id", b"root_turn_id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_failure_message", b"_failure_message", "_file_changes", b"_file_changes", "_result_anchor_message_id", b"_result_anchor_message_id", "_root_turn_id", b"_root_turn_id", "failure_message", b"failure_message", "file_changes", b"file_changes", "result_anchor_message_id", b"result_anchor_message_id", "root_turn_id", b"root_turn_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_failure_message", b"_failure_message", "_result_anchor_message_id", b"_result_anchor_message_id", "_root_turn_id", b"_root_turn_id", "failure_message", b"failure_message", "occurred_at_unix_ms", b"occurred_at_unix_ms", "origin", b"origin", "outcome", b"outcome", "phase", b"phase", "result_anchor_message_id", b"result_anchor_message_id", "root_turn_id", b"root_turn_id", "turn_id", b"turn_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_failure_message", b"_failure_message", "_file_changes", b"_file_changes", "_result_anchor_message_id", b"_result_anchor_message_id", "_root_turn_id", b"_root_turn_id", "failure_message", b"failure_message", "file_changes", b"file_changes", "occurred_at_unix_ms", b"occurred_at_unix_ms", "origin", b"origin", "outcome", b"outcome", "phase", b"phase", "result_anchor_message_id", b"result_anchor_message_id", "root_turn_id", b"root_turn_id", "turn_id", b"turn_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__failure_message: _TypeAlias = _typing.Literal["failure_message"]  # noqa: Y015
     _WhichOneofArgType__failure_message: _TypeAlias = _typing.Literal["_failure_message", b"_failure_message"]  # noqa: Y015
+    _WhichOneofReturnType__file_changes: _TypeAlias = _typing.Literal["file_changes"]  # noqa: Y015
+    _WhichOneofArgType__file_changes: _TypeAlias = _typing.Literal["_file_changes", b"_file_changes"]  # noqa: Y015
     _WhichOneofReturnType__result_anchor_message_id: _TypeAlias = _typing.Literal["result_anchor_message_id"]  # noqa: Y015
     _WhichOneofArgType__result_anchor_message_id: _TypeAlias = _typing.Literal["_result_anchor_message_id", b"_result_anchor_message_id"]  # noqa: Y015
     _WhichOneofReturnType__root_turn_id: _TypeAlias = _typing.Literal["root_turn_id"]  # noqa: Y015
     _WhichOneofArgType__root_turn_id: _TypeAlias = _typing.Literal["_root_turn_id", b"_root_turn_id"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__failure_message) -> _WhichOneofReturnType__failure_message | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__file_changes) -> _WhichOneofReturnType__file_changes | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__result_anchor_message_id) -> _WhichOneofReturnType__result_anchor_message_id | None: ...
     @_typing.overload
@@ -1275,7 +1287,8 @@ Global___ToolCallSnapshot: _TypeAlias = ToolCallSnapshot  # noqa: Y015
 @_typing.final
 class MessageSnapshot(_message.Message):
     """MessageSnapshot is a full message snapshot (HOST-MSG-1). Host assigns
-    `sequence` and `version` and classifies `user_visible_assistant_response`.
+    `sequence` and `version`; the runtime classifies the message and Host stores
+    that classification verbatim.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -1287,6 +1300,7 @@ class MessageSnapshot(_message.Message):
     OCCURRED_AT_UNIX_MS_FIELD_NUMBER: _builtins.int
     PAYLOAD_JSON_FIELD_NUMBER: _builtins.int
     TOOL_CALL_FIELD_NUMBER: _builtins.int
+    USER_VISIBLE_ASSISTANT_RESPONSE_FIELD_NUMBER: _builtins.int
     message_id: _builtins.str
     """message_id is stable across snapshots; tool output deltas use the tool-call
     message's id.
@@ -1301,6 +1315,12 @@ class MessageSnapshot(_message.Message):
     """occurred_at_unix_ms is provider time."""
     payload_json: _builtins.str
     """payload_json is the canonical payload, for example `{"text": ...}`."""
+    user_visible_assistant_response: _builtins.bool
+    """user_visible_assistant_response is the producer's classification (HOST-MSG-1):
+    true for user-facing assistant text, plans and visible failures, false for
+    reasoning, tool calls and notices. Required: a snapshot without it rejects
+    the report (INVALID_MESSAGE).
+    """
     @_builtins.property
     def tool_call(self) -> Global___ToolCallSnapshot:
         """tool_call is the projection input of a tool-call message."""
@@ -1315,17 +1335,22 @@ class MessageSnapshot(_message.Message):
         occurred_at_unix_ms: _builtins.int = ...,
         payload_json: _builtins.str = ...,
         tool_call: Global___ToolCallSnapshot | None = ...,
+        user_visible_assistant_response: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_turn_id", b"_turn_id", "body", b"body", "payload_json", b"payload_json", "tool_call", b"tool_call", "turn_id", b"turn_id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_turn_id", b"_turn_id", "_user_visible_assistant_response", b"_user_visible_assistant_response", "body", b"body", "payload_json", b"payload_json", "tool_call", b"tool_call", "turn_id", b"turn_id", "user_visible_assistant_response", b"user_visible_assistant_response"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_turn_id", b"_turn_id", "body", b"body", "kind", b"kind", "message_id", b"message_id", "occurred_at_unix_ms", b"occurred_at_unix_ms", "payload_json", b"payload_json", "role", b"role", "tool_call", b"tool_call", "turn_id", b"turn_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_turn_id", b"_turn_id", "_user_visible_assistant_response", b"_user_visible_assistant_response", "body", b"body", "kind", b"kind", "message_id", b"message_id", "occurred_at_unix_ms", b"occurred_at_unix_ms", "payload_json", b"payload_json", "role", b"role", "tool_call", b"tool_call", "turn_id", b"turn_id", "user_visible_assistant_response", b"user_visible_assistant_response"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__turn_id: _TypeAlias = _typing.Literal["turn_id"]  # noqa: Y015
     _WhichOneofArgType__turn_id: _TypeAlias = _typing.Literal["_turn_id", b"_turn_id"]  # noqa: Y015
+    _WhichOneofReturnType__user_visible_assistant_response: _TypeAlias = _typing.Literal["user_visible_assistant_response"]  # noqa: Y015
+    _WhichOneofArgType__user_visible_assistant_response: _TypeAlias = _typing.Literal["_user_visible_assistant_response", b"_user_visible_assistant_response"]  # noqa: Y015
     _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["payload_json", "tool_call"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__turn_id) -> _WhichOneofReturnType__turn_id | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__user_visible_assistant_response) -> _WhichOneofReturnType__user_visible_assistant_response | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
