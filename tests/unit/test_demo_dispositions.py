@@ -43,9 +43,11 @@ def test_the_registry_keeps_the_first_terminal_disposition_and_evicts_the_oldest
 
 
 def _command(command_id: str, kind: str, **fields: Any) -> runtime_pb2.RuntimeCommand:
-    return runtime_pb2.RuntimeCommand(
-        command_id=command_id, workspace_id=WS, session_id="d1", **{kind: fields}
-    )
+    command = runtime_pb2.RuntimeCommand(command_id=command_id, workspace_id=WS, session_id="d1")
+    body = getattr(command, kind)
+    body.SetInParent()
+    body.MergeFrom(type(body)(**fields))
+    return command
 
 
 def _deliver(command_id: str, action: str = "allow", turn_id: str = "t1") -> Any:
