@@ -9,7 +9,9 @@ For each started Turn it:
    calls, HOST-MENT-2), reports the ``Task`` tool call it would make for each subagent;
 3. when the user's text mentions "permission", asks a permission Interaction, moves the Turn to
    ``awaiting_interaction`` and waits for the answer (``DeliverInteractionResponseCommand``),
-   then reports the disposition;
+   then reports the disposition; the first terminal disposition of every request goes to a
+   bounded registry (:mod:`services.demoruntime.dispositions`), which answers
+   ``query_interaction_disposition`` and re-sent answers once the request is gone (HOST-INT-6);
 4. runs a pretend tool (``demo.echo``) whose output streams in chunks as tool-output deltas
    anchored on the tool-call message;
 5. streams its reply as text deltas and settles the Turn with the full reply.
@@ -17,7 +19,9 @@ For each started Turn it:
 ``stop_turn`` and ``interrupt_turn`` cancel the Turn; ``release_session`` (Host deleted the
 Session) drops everything held in memory for the Session but leaves its resources on disk: a
 deleted Session can be restored, and the maintenance service releases them after the purge
-(MAINT-OUT-1). Every command is acknowledged ``ACCEPTED``.
+(MAINT-OUT-1). Every command is acknowledged ``ACCEPTED``, except an answer the request cannot
+take: one for an unknown request, or one that differs from the answer already applied, is
+``REJECTED`` (HOST-RT-5).
 
 Deltas come from :class:`delta_normalizer.DeltaNormalizer` fed with cumulative snapshots, the
 way a real provider adapter would use it; the transport never diffs anything.
@@ -36,6 +40,7 @@ from dataclasses import dataclass
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import runtime_pb2
 from delta_normalizer import DeltaNormalizer, DeltaOp
+from services.demoruntime.dispositions import DispositionRegistry, Terminal
 from services.demoruntime.resources import write_turn_resources
 from session_resources import ResourceLayout
 
@@ -55,6 +60,12 @@ _OPERATIONS = {
 _DELEGATION = re.compile(r"call Task for each of these subagents: (.*?)\. ")
 _AGENT = re.compile(r"`@([^`]+)`")
 _ALLOW = frozenset({"allow", "approve", "accept", "yes", "allow_once"})
+_DISPOSITIONS = {
+    "pending": canonical_pb2.INTERACTION_STATUS_PENDING,
+    "answered": canonical_pb2.INTERACTION_STATUS_ANSWERED,
+    "superseded": canonical_pb2.INTERACTION_STATUS_SUPERSEDED,
+    "interrupted": canonical_pb2.INTERACTION_STATUS_INTERRUPTED,
+}
 
 Send = Callable[[runtime_pb2.RuntimeLinkRequest], None]
 
@@ -63,6 +74,7 @@ Send = Callable[[runtime_pb2.RuntimeLinkRequest], None]
 class _Answer:
     action: str
     option_id: str | None
+    payload_json: str | None
     operation_id: str
     command_id: str
 
@@ -88,11 +100,18 @@ class DemoAgent:
     """
 
     def __init__(
-        self, send: Send, step_delay_seconds: float, resources: ResourceLayout | None = None
+        self,
+        send: Send,
+        step_delay_seconds: float,
+        resources: ResourceLayout | None = None,
+        dispositions: DispositionRegistry | None = None,
     ) -> None:
         self._send = send
         self._delay = step_delay_seconds
         self._resources = resources
+        # Outlives the link when the runtime passes its own: a query after a reconnect
+        # still finds what became of a request.
+        self.dispositions = DispositionRegistry() if dispositions is None else dispositions
         self._turns: dict[str, asyncio.Task[None]] = {}
         self._turn_sessions: dict[str, tuple[str, str]] = {}
         self._answers: dict[tuple[str, str], asyncio.Future[_Answer]] = {}
@@ -106,6 +125,12 @@ class DemoAgent:
         for (already settled, or a runtime restarted since) is accepted all the same.
         """
         kind = command.WhichOneof("command")
+        if kind == "deliver_interaction_response":
+            self._deliver(command)
+            return
+        if kind == "query_interaction_disposition":
+            self._query(command)
+            return
         self._ack(command.command_id)
         if kind == "start_turn":
             turn_id = command.start_turn.turn_id
@@ -114,18 +139,6 @@ class DemoAgent:
                 self._turns[turn_id] = task
                 self._turn_sessions[turn_id] = (command.workspace_id, command.session_id)
                 task.add_done_callback(self._forget_turn(turn_id))
-        elif kind == "deliver_interaction_response":
-            answer = command.deliver_interaction_response
-            future = self._answers.get((answer.turn_id, answer.request_id))
-            if future is not None and not future.done():
-                future.set_result(
-                    _Answer(
-                        answer.action,
-                        answer.option_id if answer.HasField("option_id") else None,
-                        answer.operation_id,
-                        command.command_id,
-                    )
-                )
         elif kind in ("stop_turn", "interrupt_turn"):
             turn_id = getattr(command, kind).turn_id
             running = self._turns.get(turn_id)
@@ -150,6 +163,7 @@ class DemoAgent:
                 running.cancel()
             for answer_key in [k for k in self._answers if k[0] == turn_id]:
                 self._answers.pop(answer_key).cancel()
+        self.dispositions.forget_session(workspace_id, session_id)
 
     def holds(self, workspace_id: str, session_id: str) -> bool:
         """Whether any state of the Session is held (a running Turn or an awaited answer)."""
@@ -167,13 +181,111 @@ class DemoAgent:
         for task in list(self._turns.values()):
             task.cancel()
 
-    def _ack(self, command_id: str) -> None:
-        self._send(
-            runtime_pb2.RuntimeLinkRequest(
-                command_ack=runtime_pb2.CommandAck(
-                    command_id=command_id, status=runtime_pb2.COMMAND_ACK_STATUS_ACCEPTED
+    def _ack(
+        self,
+        command_id: str,
+        status: runtime_pb2.CommandAckStatus.ValueType = runtime_pb2.COMMAND_ACK_STATUS_ACCEPTED,
+        reason: str | None = None,
+    ) -> None:
+        ack = runtime_pb2.CommandAck(command_id=command_id, status=status)
+        if reason is not None:
+            ack.reason = reason
+        self._send(runtime_pb2.RuntimeLinkRequest(command_ack=ack))
+
+    # --------------------------------------------------------------- dispositions
+
+    def _deliver(self, command: runtime_pb2.RuntimeCommand) -> None:
+        """Apply an answer to its live request, or judge a re-sent one by the registry.
+
+        A live request takes the answer (its first terminal disposition, ``answered``, is
+        recorded at once). Once the request is gone, an identical re-sent answer is accepted
+        and its ``answered`` reported again without applying it twice; a changed one is
+        rejected; a request that ended unanswered reports its disposition; an unknown one is
+        rejected: its absence is no evidence that it was answered.
+        """
+        answer = command.deliver_interaction_response
+        option_id = answer.option_id if answer.HasField("option_id") else None
+        payload = answer.payload_json if answer.HasField("payload_json") else None
+        key = (command.workspace_id, command.session_id, answer.turn_id, answer.request_id)
+        terminal = self.dispositions.get(key)
+        future = self._answers.get((answer.turn_id, answer.request_id))
+        if terminal is None and future is not None and not future.done():
+            self.dispositions.record(key, Terminal("answered", answer.action, option_id, payload))
+            self._ack(command.command_id)
+            future.set_result(
+                _Answer(
+                    answer.action,
+                    option_id,
+                    payload,
+                    answer.operation_id,
+                    command.command_id,
                 )
             )
+            return
+        if terminal is None:
+            self._ack(
+                command.command_id, runtime_pb2.COMMAND_ACK_STATUS_REJECTED, "UNKNOWN_REQUEST"
+            )
+            return
+        if terminal.disposition == "answered":
+            if not terminal.same_answer(answer.action, option_id, payload):
+                self._ack(
+                    command.command_id, runtime_pb2.COMMAND_ACK_STATUS_REJECTED, "ANSWER_CONFLICT"
+                )
+                return
+            self._ack(command.command_id)
+        else:
+            self._ack(command.command_id, runtime_pb2.COMMAND_ACK_STATUS_REJECTED, "REQUEST_ENDED")
+        self._report_disposition(command, answer.operation_id, terminal.disposition)
+
+    def _query(self, command: runtime_pb2.RuntimeCommand) -> None:
+        """Answer a disposition query from the registry, else from the live request.
+
+        ``pending`` when the request still waits for an answer; no disposition (unknown) when
+        nothing is known of it.
+        """
+        query = command.query_interaction_disposition
+        key = (command.workspace_id, command.session_id, query.turn_id, query.request_id)
+        terminal = self.dispositions.get(key)
+        future = self._answers.get((query.turn_id, query.request_id))
+        self._ack(command.command_id)
+        if terminal is not None:
+            self._report_disposition(command, query.operation_id, terminal.disposition)
+        elif future is not None and not future.done():
+            self._report_disposition(command, query.operation_id, "pending")
+        else:
+            self._report_disposition(
+                command, query.operation_id, None, detail="no live or recorded request"
+            )
+
+    def _report_disposition(
+        self,
+        command: runtime_pb2.RuntimeCommand,
+        operation_id: str,
+        disposition: str | None,
+        *,
+        detail: str | None = None,
+    ) -> None:
+        target = (
+            command.query_interaction_disposition
+            if command.HasField("query_interaction_disposition")
+            else command.deliver_interaction_response
+        )
+        item = runtime_pb2.InteractionResponseDisposition(
+            operation_id=operation_id,
+            command_id=command.command_id,
+            turn_id=target.turn_id,
+            request_id=target.request_id,
+            disposition=_DISPOSITIONS.get(
+                disposition or "", canonical_pb2.INTERACTION_STATUS_UNSPECIFIED
+            ),
+        )
+        if detail is not None:
+            item.detail = detail
+        self._report(
+            command.workspace_id,
+            command.session_id,
+            runtime_pb2.ReportItem(interaction_disposition=item),
         )
 
     # --------------------------------------------------------------------- frames
@@ -292,6 +404,11 @@ class DemoAgent:
                 _turn(turn_id, canonical_pb2.TURN_PHASE_AWAITING_INTERACTION),
             )
             answer = await future
+        except asyncio.CancelledError:
+            if self._answers.get((turn_id, request_id)) is future:
+                # Stopped or interrupted unanswered (a release drops the request instead).
+                self.dispositions.record((ws, sid, turn_id, request_id), Terminal("superseded"))
+            raise
         finally:
             self._answers.pop((turn_id, request_id), None)
         self._report(

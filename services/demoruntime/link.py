@@ -19,6 +19,7 @@ from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2, host_pb2_grpc, runtime_pb2, runtime_pb2_grpc
 from grpcserver.channels import aio_channel
 from services.demoruntime.agent import DemoAgent
+from services.demoruntime.dispositions import DispositionRegistry
 from services.demoruntime.settings import Settings
 from session_resources import ResourceLayout
 
@@ -35,6 +36,8 @@ class DemoRuntime:
         self.settings = settings
         self.instance_id = f"demo-{uuid.uuid4()}"
         self.welcomed = asyncio.Event()
+        # Outlives each link, so a query after a reconnect finds earlier requests (HOST-INT-6).
+        self.dispositions = DispositionRegistry()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
 
@@ -131,6 +134,7 @@ class DemoRuntime:
             outgoing.put_nowait,
             settings.demo_step_delay_seconds,
             resources=ResourceLayout(settings.resolved_resources_dir()),
+            dispositions=self.dispositions,
         )
         async with aio_channel(settings.host_address, settings) as channel:
             call = runtime_pb2_grpc.RuntimeLinkServiceStub(channel).RuntimeLink(

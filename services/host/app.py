@@ -11,6 +11,7 @@ from services.host.runtime.link import MAX_REPORT_BYTES
 from services.host.runtime.live_settings import LinkedRuntimeSettings
 from services.host.servicer import HostServicer, RuntimeLinkServicer
 from services.host.settings import Settings
+from services.host.turns.disposition_queries import DispositionQuerier
 from services.host.wire.activity_codec import ProtoEventCodec
 from services.host.wire.command_codec import ProtoCommandCodec
 from store.database import Database
@@ -38,6 +39,7 @@ def build(settings: Settings) -> ServiceDefinition:
         command_codec=ProtoCommandCodec(),
         runtime_loss_grace_seconds=settings.runtime_loss_grace_seconds,
         runtime_command_timeout_seconds=settings.runtime_command_timeout_seconds,
+        interaction_disposition_query_seconds=settings.interaction_disposition_query_seconds,
     )
     # HOST-OBS-1/2: the durable event log (wire codec), live lane and pruning bounds.
     ctx.activity = ActivityFeed(
@@ -57,6 +59,9 @@ def build(settings: Settings) -> ServiceDefinition:
     async def stop_activity() -> None:
         await ctx.activity.stop(database)
 
+    # HOST-INT-6: delivered answers without a disposition are queried on a durable schedule.
+    querier = DispositionQuerier(ctx)
+
     # HOST-SES-6: settings updates reach connected runtimes over the runtime link.
     ctx.runtime_settings = LinkedRuntimeSettings(ctx)
     return definition_for(
@@ -74,9 +79,9 @@ def build(settings: Settings) -> ServiceDefinition:
             ),
         ],
         authorization=AUTHORIZATION,
-        on_start=[database.start, start_activity],
+        on_start=[database.start, start_activity, querier.start],
         # Runtime links and watches end as soon as new RPCs are refused (OPS-3).
         on_drain=[ctx.runtimes.shutdown, ctx.activity.end_watches],
-        on_stop=[database.stop, stop_activity],  # run in reverse
+        on_stop=[database.stop, stop_activity, querier.stop],  # run in reverse
         server_options=[("grpc.max_receive_message_length", RECEIVE_LIMIT_BYTES)],
     )

@@ -39,6 +39,9 @@ class HostContext:
         runtime_loss_grace_seconds: How long a disconnected runtime may stay away before
             its Turns are interrupted (``TUTTI_RUNTIME_LOSS_GRACE_SECONDS``).
         runtime_command_timeout_seconds: How long an awaited runtime command may take.
+        interaction_disposition_query_seconds: How long a delivered Interaction response
+            may go without a disposition before Host queries it (HOST-INT-6); later queries
+            back off from it.
         runtime_settings: Applies persisted Session settings to a live runtime (HOST-SES-6);
             ``app.build`` installs the runtime link's ``LinkedRuntimeSettings`` in place of
             the detached default.
@@ -54,8 +57,14 @@ class HostContext:
     runtimes: RuntimeRegistry = field(default_factory=RuntimeRegistry)
     runtime_loss_grace_seconds: float = 30.0
     runtime_command_timeout_seconds: float = 10.0
+    interaction_disposition_query_seconds: float = 30.0
     runtime_settings: RuntimeSettingsPort = field(default_factory=DetachedRuntimeSettings)
     activity: ActivityFeed = field(default_factory=lambda: ActivityFeed(wall_clock_ms))
+
+    @property
+    def disposition_query_window_ms(self) -> int:
+        """``interaction_disposition_query_seconds`` in milliseconds (at least 1)."""
+        return max(1, round(self.interaction_disposition_query_seconds * 1000))
 
     async def transact(
         self, command: Callable[[HostTransaction], Awaitable[ResultT]], *, write: bool = True

@@ -21,6 +21,13 @@ class Settings(ServerSettings):
     live settings; after it the command is withdrawn from the outbox (never sent again) and
     reported failed (``TUTTI_RUNTIME_COMMAND_TIMEOUT_SECONDS``, ADR 0013 §11)."""
 
+    interaction_disposition_query_seconds: float = 30.0
+    """How long a delivered Interaction response may go without the runtime's disposition
+    (or outlive its link) before Host asks the runtime for it with
+    ``query_interaction_disposition``; later queries follow with backoff (doubling, up to
+    10 minutes) until an authoritative answer or confirmed session loss
+    (``TUTTI_INTERACTION_DISPOSITION_QUERY_SECONDS``, HOST-INT-6)."""
+
     activity_event_retention_seconds: float = 7 * 24 * 3600.0
     """Age bound of the activity event log, per workspace (default 7 days): the pruner removes
     a workspace's events up to its newest one created before now minus this, except the

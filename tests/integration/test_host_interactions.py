@@ -41,7 +41,7 @@ def _pending(host: HostUnderTest) -> tuple[ScriptedRuntime, str]:
     return runtime, turn.turn_id
 
 
-@pytest.mark.spec("HOST-INT-3", "HOST-INT-4", "HOST-INT-1")
+@pytest.mark.spec("HOST-INT-3", "HOST-INT-4", "HOST-INT-1", "HOST-INT-6")
 def test_a_response_is_a_durable_operation_completed_by_the_runtime(
     migrated_db_url: str, live_server: Callable[..., LiveServer]
 ) -> None:
@@ -78,11 +78,15 @@ def test_a_response_is_a_durable_operation_completed_by_the_runtime(
         submit_response(host.stub, turn_id, "k1", action="deny")
     assert changed.value.code() == grpc.StatusCode.ALREADY_EXISTS
     assert error_reason(changed.value) == "IDEMPOTENCY_KEY_CONFLICT"
-    with pytest.raises(grpc.RpcError) as other_key:
-        submit_response(host.stub, turn_id, "k2")
-    assert error_reason(other_key.value) == "INTERACTION_NOT_ACTIONABLE"
+    # Another key is a competing responder (HOST-INT-5): its own operation, never sent.
+    other_key = submit_response(host.stub, turn_id, "k2").operation
+    assert other_key.operation_id != operation.operation_id
+    assert other_key.status == host_pb2.INTERACTION_RESPONSE_OPERATION_STATUS_COMPLETED
+    assert other_key.disposition == canonical_pb2.INTERACTION_STATUS_SUPERSEDED  # other payload
+    assert runtime.commands.empty()
 
-    # The runtime's "pending" releases the claim: the operation is re-dispatched.
+    # The runtime's "pending" releases the claim: the same answer is re-dispatched under a
+    # new command, and the Interaction stays claimed.
     runtime.report(
         WS,
         "s1",
@@ -95,8 +99,12 @@ def test_a_response_is_a_durable_operation_completed_by_the_runtime(
             command_id=command.command_id,
         ),
     )
+    again = runtime.next_command()
+    assert again.command_id != command.command_id
+    assert again.deliver_interaction_response == command.deliver_interaction_response
     view = response_operation(host.stub, operation.operation_id)
-    assert view.status == host_pb2.INTERACTION_RESPONSE_OPERATION_STATUS_PENDING
+    assert view.status == host_pb2.INTERACTION_RESPONSE_OPERATION_STATUS_RESOLVING
+    assert view.dispatch_attempts == 2
     assert view.interaction.status == canonical_pb2.INTERACTION_STATUS_RESOLVING
 
     # The runtime's disposition may differ from the provisional claim.

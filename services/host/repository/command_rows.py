@@ -168,6 +168,25 @@ class RuntimeCommandRepository:
             query = query.with_for_update().execution_options(populate_existing=True)
         return (await self._db.execute(query)).scalars().first()
 
+    async def of_operation(
+        self, workspace_id: str, session_id: str, operation_id: str, kind: str
+    ) -> list[CommandRow]:
+        """The commands of one kind sent for a response operation, oldest first.
+
+        Served by ``ix_runtime_command_outbox_session`` (a Session holds few rows).
+        """
+        query = (
+            select(RuntimeCommandOutbox)
+            .where(
+                RuntimeCommandOutbox.workspace_id == workspace_id,
+                RuntimeCommandOutbox.session_id == session_id,
+                RuntimeCommandOutbox.operation_id == operation_id,
+                RuntimeCommandOutbox.command_kind == kind,
+            )
+            .order_by(RuntimeCommandOutbox.id)
+        )
+        return list((await self._db.execute(query)).scalars().all())
+
     async def unacknowledged(
         self, workspace_id: str | None = None, session_id: str | None = None
     ) -> list[CommandRow]:

@@ -43,6 +43,60 @@ class ResponseOperationRepository:
         )
         return list((await self._db.execute(query)).scalars().all())
 
+    async def first_for_interaction(
+        self, workspace_id: str, session_id: str, turn_id: str, request_id: str
+    ) -> OperationRow | None:
+        """The Interaction's earliest operation (its claimant: followers come later)."""
+        query = (
+            select(InteractionResponseOperation)
+            .where(
+                InteractionResponseOperation.workspace_id == workspace_id,
+                InteractionResponseOperation.session_id == session_id,
+                InteractionResponseOperation.turn_id == turn_id,
+                InteractionResponseOperation.request_id == request_id,
+            )
+            .order_by(
+                InteractionResponseOperation.created_at_unix_ms,
+                InteractionResponseOperation.operation_id,
+            )
+            .limit(1)
+        )
+        return (await self._db.execute(query)).scalars().first()
+
+    async def query_due(self, now: int, limit: int) -> list[OperationRow]:
+        """Dispatched operations whose disposition query is due (HOST-INT-6), oldest first.
+
+        Only a dispatched claimant has ``next_attempt_at_unix_ms`` while ``resolving`` (set
+        when its delivery is sent); served by ``ix_interaction_response_operations_due``.
+        """
+        query = (
+            select(InteractionResponseOperation)
+            .where(
+                InteractionResponseOperation.state == "resolving",
+                InteractionResponseOperation.next_attempt_at_unix_ms <= now,
+            )
+            .order_by(InteractionResponseOperation.next_attempt_at_unix_ms)
+            .limit(limit)
+        )
+        return list((await self._db.execute(query)).scalars().all())
+
+    async def resolving_dispatched(self, limit: int) -> list[OperationRow]:
+        """Dispatched claimants still ``resolving``, any workspace (HOST-INT-6).
+
+        A claimant has ``next_attempt_at_unix_ms`` from its first dispatch on; followers and
+        never-dispatched operations have none.
+        """
+        query = (
+            select(InteractionResponseOperation)
+            .where(
+                InteractionResponseOperation.state == "resolving",
+                InteractionResponseOperation.next_attempt_at_unix_ms.is_not(None),
+            )
+            .order_by(InteractionResponseOperation.next_attempt_at_unix_ms)
+            .limit(limit)
+        )
+        return list((await self._db.execute(query)).scalars().all())
+
     @staticmethod
     def update(operation: OperationRow, **values: object) -> None:
         """Change columns of an operation (written at the next flush)."""

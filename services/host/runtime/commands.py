@@ -22,6 +22,7 @@ __all__ = [
     "Guidance",
     "InterruptReason",
     "InterruptTurn",
+    "QueryInteractionDisposition",
     "ReleaseSession",
     "RuntimeCommandValue",
     "RuntimeSessionContext",
@@ -104,6 +105,19 @@ class DeliverInteractionResponse:
 
 
 @dataclass(frozen=True)
+class QueryInteractionDisposition:
+    """Ask for the disposition of a delivered answer (``query_interaction_disposition``).
+
+    Sent when a delivery got no disposition in time or its link was lost (HOST-INT-6); the
+    runtime answers with an ``InteractionResponseDisposition`` for ``operation_id``.
+    """
+
+    operation_id: str
+    turn_id: str
+    request_id: str
+
+
+@dataclass(frozen=True)
 class ApplySettings:
     """Apply persisted Session settings to the live runtime (``apply_settings``)."""
 
@@ -123,6 +137,7 @@ RuntimeCommandValue = (
     | InterruptTurn
     | StopTurn
     | DeliverInteractionResponse
+    | QueryInteractionDisposition
     | ApplySettings
     | ReleaseSession
 )

@@ -60,7 +60,13 @@ from services.host.runtime.reports import (
     SessionPatchItem,
     TurnPatchItem,
 )
-from services.host.turns import command_outbox, interactions, lifecycle, messages
+from services.host.turns import (
+    command_outbox,
+    disposition_queries,
+    interactions,
+    lifecycle,
+    messages,
+)
 from services.host.turns.interactions import DispositionInput, TransitionInput
 from services.host.turns.tool_payload import build_tool_call_payload
 from store.integrity import store_refusal
@@ -138,8 +144,13 @@ async def open_link(
 
 
 async def link_ready(ctx: HostContext, handle: RuntimeLinkHandle) -> None:
-    """After the welcome: re-send every unacknowledged command this link should run."""
+    """After the welcome: re-send every unacknowledged command this link should run.
+
+    Then ask it about every delivered answer still resolving in the Sessions it serves: its
+    disposition may have been lost with the previous link or Host (HOST-INT-6).
+    """
     await command_outbox.resend_unacknowledged(ctx, handle)
+    await disposition_queries.query_after_reconnect(ctx, handle)
 
 
 async def close_link(ctx: HostContext, handle: RuntimeLinkHandle) -> None:
@@ -382,7 +393,7 @@ async def _apply(
                 await _apply_turn_messages(
                     repos, session, items, index, item.turn_id, results, progress, now, refuse
                 )
-            results[index] = await _apply_item(repos, session, index, item, now, refuse)
+            results[index] = await _apply_item(ctx, repos, session, index, item, now, refuse)
         # Written now, so a store refusal is charged to the item that caused it.
         await repos.session_rows.flush()
     ordered = tuple(results[index] for index in sorted(results))
@@ -422,6 +433,7 @@ async def _apply_turn_messages(
 
 
 async def _apply_item(
+    ctx: HostContext,
     repos: HostTransaction,
     session: SessionRow,
     index: int,
@@ -437,7 +449,7 @@ async def _apply_item(
     if isinstance(item, TransitionInput):
         return await _apply_transition(repos, session, index, item, now, refuse)
     if isinstance(item, DispositionInput):
-        outcome = await interactions.apply_disposition(repos, session, item, now)
+        outcome = await interactions.apply_disposition(repos, ctx, session, item, now)
         if outcome.outcome == "rejected":
             raise refuse(index, "rejected", "UNKNOWN_OPERATION", outcome.detail or "")
         return ItemResult(index, outcome.outcome, outcome.stale)

@@ -26,6 +26,12 @@ from services.host.runtime.registry import CommandAck, OutboundCommand, RuntimeL
 
 _log = logging.getLogger(__name__)
 
+DELIVER = "deliver_interaction_response"
+"""Kind of the command that delivers a response operation's answer."""
+
+QUERY = "query_interaction_disposition"
+"""Kind of the command that asks for a delivered answer's disposition (HOST-INT-6)."""
+
 
 def enqueue(
     repos: HostTransaction,
@@ -291,16 +297,18 @@ async def _mark_dispatched(
     repos.commands.update(
         row, state="dispatched", attempts=row.attempts + 1, updated_at_unix_ms=now
     )
-    if row.operation_id is not None:
-        # HOST-INT-3: the operation is ``pending`` until dispatched, then ``resolving``.
+    if row.operation_id is not None and row.command_kind == DELIVER:
+        # HOST-INT-3: the operation is ``pending`` until dispatched, then ``resolving``; with
+        # no disposition by ``next_attempt_at_unix_ms`` its disposition is queried (HOST-INT-6).
         operation = await repos.operations.get(row.workspace_id, row.operation_id)
-        if operation is not None and operation.state == "pending":
-            repos.operations.update(
-                operation,
-                state="resolving",
-                attempts=operation.attempts + 1,
-                updated_at_unix_ms=now,
-            )
+        if operation is not None and operation.state != "completed":
+            values: dict[str, object] = {
+                "next_attempt_at_unix_ms": now + ctx.disposition_query_window_ms,
+                "updated_at_unix_ms": now,
+            }
+            if operation.state == "pending":
+                values.update(state="resolving", attempts=operation.attempts + 1)
+            repos.operations.update(operation, **values)
     return _outbound(row)
 
 
@@ -336,7 +344,9 @@ async def record_ack(repos: HostTransaction, ctx: HostContext, ack: CommandAck) 
         error = ack.reason or ack.message or "failed"
         repos.commands.update(row, state="pending", last_error=error, updated_at_unix_ms=now)
     operation = None
-    if row.operation_id is not None:
+    if row.operation_id is not None and row.command_kind == DELIVER:
+        # Only a delivery moves its operation: an acknowledged disposition query says nothing
+        # about the answer, and a failed one keeps the operation resolving (HOST-INT-6).
         operation = await repos.operations.get(row.workspace_id, row.operation_id)
         if operation is not None and operation.state != "completed" and ack.status == "failed":
             repos.operations.update(

@@ -30,10 +30,10 @@ from services.host.repository.row_records import (
     interaction_record,
     operation_record,
 )
-from services.host.repository.row_views import InteractionRow, SessionRow
+from services.host.repository.row_views import InteractionRow, OperationRow, SessionRow
 from services.host.repository.unit_of_work import HostTransaction
 from services.host.runtime.commands import DeliverInteractionResponse
-from services.host.turns import command_outbox
+from services.host.turns import command_outbox, response_followers
 
 TERMINAL = frozenset({"answered", "superseded", "interrupted"})
 REPORTABLE = frozenset({"pending", "superseded"})
@@ -132,10 +132,7 @@ async def persist_transition(
 async def _complete_operations(
     repos: HostTransaction, row: InteractionRow, disposition: str, now: int, *, detail: str
 ) -> None:
-    for operation in await repos.operations.open_for_interaction(
-        row.workspace_id, row.session_id, row.turn_id, row.request_id
-    ):
-        repos.operations.complete(operation, disposition, now, detail=detail)
+    await response_followers.complete_open_operations(repos, row, disposition, now, detail=detail)
 
 
 # ------------------------------------------------------------------ response operation
@@ -224,7 +221,9 @@ async def submit_response(ctx: HostContext, request: ResponseRequest) -> Operati
                     metadata={"operation_id": earlier.operation_id},
                 )
             return earlier.operation_id, True
-        session, row = await _actionable(repos, request)
+        session, row, leader = await _claimable(repos, request)
+        if leader is not None:
+            return _record_follower(ctx, repos, leader, request), False
         return _record_response(ctx, repos, session, row, request), False
 
     operation_id, replayed = await ctx.transact(run)
@@ -238,20 +237,27 @@ async def submit_response(ctx: HostContext, request: ResponseRequest) -> Operati
     return OperationView(view.operation, view.interaction, replayed)
 
 
-async def _actionable(
+async def _claimable(
     repos: HostTransaction, request: ResponseRequest
-) -> tuple[SessionRow, InteractionRow]:
-    """The locked Session and the pending, actionable Interaction the response answers.
+) -> tuple[SessionRow, InteractionRow, OperationRow | None]:
+    """The locked Session, the Interaction the response answers, and its claimant if any.
+
+    With no claimant the Interaction is pending and actionable, and the response claims it;
+    with one, the response follows it (HOST-INT-5), whatever the Interaction's status now.
 
     Raises:
         NotFound: ``INTERACTION_NOT_FOUND``.
-        FailedPrecondition: ``INTERACTION_NOT_ACTIONABLE``.
+        FailedPrecondition: ``INTERACTION_NOT_ACTIONABLE`` (unclaimed and no longer pending:
+            runtime-terminal, or its Turn settled).
     """
     ws = request.workspace_id
     session = await repos.session_rows.get(ws, request.session_id, lock=True)
     row = await repos.interactions.get(ws, request.session_id, request.turn_id, request.request_id)
     if session is None or row is None:
         raise NotFound("Interaction not found", reason="INTERACTION_NOT_FOUND")
+    leader = await response_followers.claimant(repos, row)
+    if leader is not None:
+        return session, row, leader
     turn = await repos.turns.get(ws, request.session_id, request.turn_id)
     if row.status != "pending" or not row.actionable or turn is None or turn.phase == "settled":
         raise FailedPrecondition(
@@ -259,18 +265,13 @@ async def _actionable(
             reason="INTERACTION_NOT_ACTIONABLE",
             metadata={"status": row.status},
         )
-    return session, row
+    return session, row, None
 
 
-def _record_response(
-    ctx: HostContext,
-    repos: HostTransaction,
-    session: SessionRow,
-    row: InteractionRow,
-    request: ResponseRequest,
+def _new_operation(
+    repos: HostTransaction, request: ResponseRequest, now: int, **state: object
 ) -> str:
-    """Add the operation, mark the Interaction ``resolving`` and queue the delivery command."""
-    now = ctx.clock()
+    """Add the response's operation row (``state``: its state columns); returns its id."""
     operation_id = f"op-{uuid.uuid4()}"
     repos.operations.add(
         workspace_id=request.workspace_id,
@@ -283,17 +284,54 @@ def _record_response(
         action=request.action,
         option_id=request.option_id,
         answer_json=request.payload_json,
-        state="pending",
         attempts=0,
         created_at_unix_ms=now,
         updated_at_unix_ms=now,
+        **state,
     )
+    return operation_id
+
+
+def _record_follower(
+    ctx: HostContext, repos: HostTransaction, leader: OperationRow, request: ResponseRequest
+) -> str:
+    """Add a competing responder's operation: never dispatched, it follows ``leader``.
+
+    The Interaction and its claim are left as they are (HOST-INT-5).
+    """
+    answer = response_followers.Answer(request.action, request.option_id, request.payload_json)
+    disposition = response_followers.follower_disposition(answer, leader)
+    now = ctx.clock()
+    if disposition is None:
+        return _new_operation(repos, request, now, state="resolving")
+    return _new_operation(
+        repos,
+        request,
+        now,
+        state="completed",
+        disposition=disposition,
+        completed_at_unix_ms=now,
+        last_error=f"follows {leader.operation_id}",
+    )
+
+
+def _record_response(
+    ctx: HostContext,
+    repos: HostTransaction,
+    session: SessionRow,
+    row: InteractionRow,
+    request: ResponseRequest,
+) -> str:
+    """Add the operation, mark the Interaction ``resolving`` and queue the delivery command."""
+    now = ctx.clock()
+    operation_id = _new_operation(repos, request, now, state="pending")
     answer = {
         "action": request.action,
         "option_id": request.option_id,
         "payload_json": request.payload_json,
         "answered_at_unix_ms": now,
         "claim": "answered",
+        response_followers.CLAIMANT_KEY: operation_id,
     }
     repos.interactions.update(
         row,
@@ -349,12 +387,14 @@ class DispositionInput:
 
 
 async def apply_disposition(
-    repos: HostTransaction, session: SessionRow, item: DispositionInput, now: int
+    repos: HostTransaction, ctx: HostContext, session: SessionRow, item: DispositionInput, now: int
 ) -> TransitionOutcome:
-    """Record the runtime's disposition of an Interaction operation (HOST-INT-3).
+    """Record the runtime's disposition of an Interaction operation (HOST-INT-3, HOST-INT-6).
 
-    ``pending`` releases the claim for a retry, ``resolving`` keeps waiting, a terminal status
-    completes the operation.
+    The disposition answers the delivery or a disposition query. ``pending`` releases the
+    claim and re-dispatches the same answer under a new command; ``resolving`` and an unknown
+    record (no disposition) keep waiting; a terminal status completes the operation and the
+    operations that follow it (HOST-INT-5).
     """
     operation = await repos.operations.get(session.workspace_id, item.operation_id)
     if (
@@ -364,26 +404,27 @@ async def apply_disposition(
         or operation.request_id != item.request_id
     ):
         return TransitionOutcome("rejected", detail="disposition for an unknown operation tuple")
+    interaction = await repos.interactions.get(
+        session.workspace_id, session.session_id, item.turn_id, item.request_id
+    )
+    leader_id = None if interaction is None else response_followers.claimant_id(interaction)
+    if leader_id is not None and leader_id != operation.operation_id:
+        # A follower was never sent to the runtime, so no runtime can dispose of it.
+        return TransitionOutcome("rejected", detail="disposition for an undispatched operation")
     if operation.state == "completed":
         same = operation.disposition == item.disposition
         return TransitionOutcome("already_applied", stale=not same)
-    if item.disposition == "resolving":
+    if item.disposition in ("resolving", ""):
+        # Still resolving, or the runtime has no record of it: only authoritative answers
+        # end the wait; the next disposition query is already scheduled (HOST-INT-6).
+        values: dict[str, object] = {"state": "resolving", "updated_at_unix_ms": now}
+        if item.disposition == "":
+            values["last_error"] = item.detail or "the runtime has no record of the request"
         changed = operation.state != "resolving"
-        repos.operations.update(operation, state="resolving", updated_at_unix_ms=now)
+        repos.operations.update(operation, **values)
         return TransitionOutcome("applied" if changed else "already_applied")
     if item.disposition == "pending":
-        # The provider still waits for an answer: release the claim so the durable
-        # operation re-dispatches (the Interaction stays claimed, never back to pending).
-        repos.operations.update(
-            operation,
-            state="pending",
-            last_error=item.detail or "runtime reported pending",
-            updated_at_unix_ms=now,
-        )
-        if item.command_id:
-            command = await repos.commands.get(session.workspace_id, item.command_id)
-            if command is not None:
-                repos.commands.update(command, state="pending", updated_at_unix_ms=now)
+        await _redeliver(repos, ctx, session, operation, item, now)
         return TransitionOutcome("applied")
     repos.operations.update(
         operation,
@@ -393,17 +434,54 @@ async def apply_disposition(
         updated_at_unix_ms=now,
         last_error=item.detail,
     )
-    interaction = await repos.interactions.get(
-        session.workspace_id, session.session_id, item.turn_id, item.request_id
-    )
-    if interaction is not None and interaction.status not in TERMINAL:
-        repos.interactions.update(
-            interaction,
-            status=item.disposition,
-            version=interaction.version + 1,
-            updated_at_unix_ms=now,
-        )
+    if interaction is not None:
+        if interaction.status not in TERMINAL:
+            repos.interactions.update(
+                interaction,
+                status=item.disposition,
+                version=interaction.version + 1,
+                updated_at_unix_ms=now,
+            )
+        # The followers: completed with the claimant, in its transaction.
+        await response_followers.complete_open_operations(repos, interaction, item.disposition, now)
     return TransitionOutcome("applied")
+
+
+async def _redeliver(
+    repos: HostTransaction,
+    ctx: HostContext,
+    session: SessionRow,
+    operation: OperationRow,
+    item: DispositionInput,
+    now: int,
+) -> None:
+    """The provider still waits for an answer: release the claim and send the same answer.
+
+    The Interaction stays claimed (it never returns to pending); the operation goes back to
+    ``pending`` and a new delivery command carries the stored answer, so a runtime that
+    deduplicates by ``command_id`` still receives it. Earlier deliveries and queries of the
+    operation leave the outbox: the new command replaces them.
+    """
+    ws, sid = session.workspace_id, session.session_id
+    for kind in (command_outbox.DELIVER, command_outbox.QUERY):
+        for row in await repos.commands.of_operation(ws, sid, operation.operation_id, kind):
+            await repos.commands.delete(row)
+    repos.operations.update(
+        operation,
+        state="pending",
+        next_attempt_at_unix_ms=None,
+        last_error=item.detail or "runtime reported pending",
+        updated_at_unix_ms=now,
+    )
+    command = DeliverInteractionResponse(
+        operation_id=operation.operation_id,
+        turn_id=operation.turn_id,
+        request_id=operation.request_id,
+        action=operation.action,
+        option_id=operation.option_id,
+        payload_json=operation.answer_json,
+    )
+    command_outbox.enqueue(repos, ctx, session, command, operation_id=operation.operation_id)
 
 
 # ------------------------------------------------------------------------ attention

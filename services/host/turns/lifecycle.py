@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from services.host.repository.row_views import SessionRow, TurnRow
 from services.host.repository.turn_rows import ACTIVE_PHASES
 from services.host.repository.unit_of_work import HostTransaction
+from services.host.turns import response_followers
 
 PHASE_RANK = {"queued": 0, "running": 1, "awaiting_interaction": 1, "settled": 2}
 """``running`` and ``awaiting_interaction`` share a rank: they may alternate."""
@@ -268,10 +269,5 @@ async def close_open_interactions(
             version=interaction.version + 1,
             updated_at_unix_ms=now,
         )
-        for operation in await repos.operations.open_for_interaction(
-            interaction.workspace_id,
-            interaction.session_id,
-            interaction.turn_id,
-            interaction.request_id,
-        ):
-            repos.operations.complete(operation, status, now)
+        # The claimant takes the status; its followers become superseded (HOST-INT-5).
+        await response_followers.complete_open_operations(repos, interaction, status, now)

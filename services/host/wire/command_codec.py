@@ -21,6 +21,7 @@ from services.host.runtime.commands import (
     Guidance,
     InterruptReason,
     InterruptTurn,
+    QueryInteractionDisposition,
     ReleaseSession,
     RuntimeCommandValue,
     RuntimeSessionContext,
@@ -97,6 +98,12 @@ def _to_proto(command: RuntimeCommandValue) -> tuple[str, Message]:
             action=command.action,
             option_id=command.option_id,
             payload_json=command.payload_json,
+        )
+    if isinstance(command, QueryInteractionDisposition):
+        return "query_interaction_disposition", runtime_pb2.QueryInteractionDispositionCommand(
+            operation_id=command.operation_id,
+            turn_id=command.turn_id,
+            request_id=command.request_id,
         )
     if isinstance(command, ApplySettings):
         return "apply_settings", runtime_pb2.ApplySettingsCommand(
