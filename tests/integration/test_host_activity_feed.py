@@ -71,6 +71,7 @@ def _tool_call(message_id: str, turn_id: str, phase: int) -> runtime_pb2.ReportI
             turn_id=turn_id,
             role=canonical_pb2.MESSAGE_ROLE_ASSISTANT,
             kind=canonical_pb2.MESSAGE_KIND_TOOL_CALL,
+            user_visible_assistant_response=False,
             tool_call=runtime_pb2.ToolCallSnapshot(
                 call_id=message_id,
                 tool_name="Bash",
