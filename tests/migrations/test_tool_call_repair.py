@@ -9,6 +9,7 @@ which also proves the migration's frozen copy of the rules matches them.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 from collections.abc import Iterator
@@ -416,3 +417,100 @@ def test_a_second_repair_changes_nothing(before_repair_url: str, engine: Engine)
 
     assert (_table(engine, "messages"), _table(engine, "sessions")) == once
     assert _table(engine, "activity_events") == []
+
+
+def _repair_module() -> Any:
+    """The migration module itself, loaded from its file as Alembic loads it."""
+    script = ScriptDirectory.from_config(migrate.alembic_config())
+    revision = script.get_revision(REPAIR)
+    assert revision is not None
+    spec = importlib.util.spec_from_file_location("tool_call_repair_under_test", revision.path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.spec("HOST-MSG-6")
+def test_the_repair_pages_through_the_table_by_key(
+    before_repair_url: str, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _seed(engine)
+    module = _repair_module()
+    # Pages of two keys: every oversized row is still found, each exactly once.
+    monkeypatch.setattr(module, "KEY_BATCH", 2)
+    with engine.begin() as connection:
+        counts = module.repair(connection)
+    assert (counts.examined, counts.rewritten) == (5, 4)
+    assert counts.unfittable == [(WS, "s-live", "unfittable")]
+    after = _messages_by_id(engine)
+    for message_id, snapshot in EXPECTED_SNAPSHOTS.items():
+        assert after[message_id]["payload_json"] == build_tool_call_payload(snapshot).payload_json
+    with engine.begin() as connection:
+        again = module.repair(connection)
+    assert (again.examined, again.rewritten, again.unfittable) == (
+        1,
+        0,
+        [(WS, "s-live", "unfittable")],
+    )
+
+
+@pytest.mark.spec("HOST-MSG-6")
+def test_nested_steps_and_provider_envelopes_are_projected_like_a_forward_write() -> None:
+    module = _repair_module()
+    inner_out = "step output\n" * (40 * KIB)
+    legacy = {
+        "callId": "outer",
+        "toolName": "Task",
+        "toolKind": "agent",
+        "phase": "completed",
+        "status": "success",
+        "input": {"prompt": "go"},
+        # Legacy envelope only: the text is promoted from it, then the envelope dropped.
+        "toolResponse": {"raw": "x" * (300 * KIB)},
+        "content": [{"type": "text", "text": "summary " * (30 * KIB)}, {"type": "image"}],
+        "steps": [
+            {
+                "callId": "inner",
+                "toolName": "Bash",
+                "toolKind": "command",
+                "phase": "completed",
+                "status": "success",
+                "exitCode": 0,
+                "input": {"command": "run"},
+                "output": {"text": inner_out.strip()},
+                "stdout": inner_out,
+                "rawOutput": {"stdout": inner_out},
+            }
+        ],
+    }
+    forward = ToolCallSnapshot(
+        call_id="outer",
+        tool_name="Task",
+        tool_kind="agent",
+        phase=ToolCallPhase.COMPLETED,
+        provider_status="success",
+        input_json='{"prompt": "go"}',
+        output_text="summary " * (30 * KIB),
+        steps=(
+            ToolCallSnapshot(
+                call_id="inner",
+                tool_name="Bash",
+                tool_kind="command",
+                phase=ToolCallPhase.COMPLETED,
+                provider_status="success",
+                exit_code=0,
+                input_json='{"command": "run"}',
+                output_text=inner_out.strip(),
+                stdout=inner_out,
+            ),
+        ),
+    )
+    stored = _encode(legacy)
+    assert _size(stored) > PAYLOAD_BUDGET_BYTES
+    assert module.repaired_payload(stored) == build_tool_call_payload(forward).payload_json
+    with pytest.raises(module.Unfittable):
+        module.repaired_payload('["not", "an object"]')
+    with pytest.raises(module.Unfittable):
+        module.repaired_payload(_encode({"callId": "c", "input": {"blob": "i" * (800 * KIB)}}))
