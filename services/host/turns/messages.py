@@ -22,6 +22,7 @@ from services.host.repository.unit_of_work import HostTransaction
 DEFAULT_MESSAGE_PAGE = 200
 MAX_MESSAGE_PAGE = 1000
 
+
 @dataclass(frozen=True)
 class MessagePage:
     """A page of messages and the Session's high-water version."""
