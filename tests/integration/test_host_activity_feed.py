@@ -170,7 +170,8 @@ def test_a_delta_sent_before_a_report_reaches_the_consumer_before_its_events(
     )
     # Late: the Turn settled, so these are dropped (never after the terminal update).
     _send_deltas(runtime, _delta(turn_id, "m1", " again"))
-    runtime.report(WS, "s1", "r-after", text_message("other", None, "x"))  # type: ignore[arg-type]
+    # A later durable message (of the settled Turn: HOST-MSG-7 allows no turnless text).
+    runtime.report(WS, "s1", "r-after", text_message("other", turn_id, "x"))
     events = watcher.wait_for(lambda es: any(kind(e) == "message_update" for e in es[3:]))
     watcher.cancel()
     kinds = [kind(e) for e in events]
