@@ -831,6 +831,7 @@ class BackendRun:
                         turn_id=turn_id,
                         role=canonical_pb2.MESSAGE_ROLE_ASSISTANT,
                         kind=canonical_pb2.MESSAGE_KIND_TEXT,
+                        user_visible_assistant_response=True,
                         occurred_at_unix_ms=1_780_000_000_000 + index,
                         payload_json=json.dumps({"text": f"{index}: {ASSISTANT_TEXT}"}),
                     )

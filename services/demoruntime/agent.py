@@ -471,6 +471,7 @@ def _text(message_id: str, turn_id: str, text: str) -> runtime_pb2.ReportItem:
             role=canonical_pb2.MESSAGE_ROLE_ASSISTANT,
             kind=canonical_pb2.MESSAGE_KIND_TEXT,
             payload_json=json.dumps({"text": text}),
+            user_visible_assistant_response=True,  # the producer classifies (HOST-MSG-1)
         )
     )
 
@@ -495,6 +496,7 @@ def _tool(
             role=canonical_pb2.MESSAGE_ROLE_ASSISTANT,
             kind=canonical_pb2.MESSAGE_KIND_TOOL_CALL,
             tool_call=snapshot,
+            user_visible_assistant_response=False,
         )
     )
 
@@ -516,5 +518,6 @@ def _task_call(turn_id: str, name: str, brief: str) -> runtime_pb2.ReportItem:
                 input_json=json.dumps({"subagent_type": name, "prompt": brief}),
                 output_text=f"(demo) would delegate to @{name}",
             ),
+            user_visible_assistant_response=False,
         )
     )

@@ -71,6 +71,7 @@ def _tool_call(message_id: str, turn_id: str, phase: int) -> runtime_pb2.ReportI
             turn_id=turn_id,
             role=canonical_pb2.MESSAGE_ROLE_ASSISTANT,
             kind=canonical_pb2.MESSAGE_KIND_TOOL_CALL,
+            user_visible_assistant_response=False,
             tool_call=runtime_pb2.ToolCallSnapshot(
                 call_id=message_id,
                 tool_name="Bash",
@@ -169,7 +170,8 @@ def test_a_delta_sent_before_a_report_reaches_the_consumer_before_its_events(
     )
     # Late: the Turn settled, so these are dropped (never after the terminal update).
     _send_deltas(runtime, _delta(turn_id, "m1", " again"))
-    runtime.report(WS, "s1", "r-after", text_message("other", None, "x"))  # type: ignore[arg-type]
+    # A later durable message (of the settled Turn: HOST-MSG-7 allows no turnless text).
+    runtime.report(WS, "s1", "r-after", text_message("other", turn_id, "x"))
     events = watcher.wait_for(lambda es: any(kind(e) == "message_update" for e in es[3:]))
     watcher.cancel()
     kinds = [kind(e) for e in events]

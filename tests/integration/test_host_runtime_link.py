@@ -226,6 +226,7 @@ def test_tool_calls_never_touch_interactions_and_an_ack_commits_before_settlemen
             turn_id=turn.turn_id,
             role=canonical_pb2.MESSAGE_ROLE_ASSISTANT,
             kind=canonical_pb2.MESSAGE_KIND_TOOL_CALL,
+            user_visible_assistant_response=False,
             tool_call=runtime_pb2.ToolCallSnapshot(
                 call_id="q1",
                 tool_name="Bash",

@@ -121,8 +121,9 @@ def _session_message(message_id: str) -> runtime_pb2.ReportItem:
         message_snapshot=runtime_pb2.MessageSnapshot(
             message_id=message_id,
             role=canonical_pb2.MESSAGE_ROLE_SYSTEM,
-            kind=canonical_pb2.MESSAGE_KIND_TEXT,
+            kind=canonical_pb2.MESSAGE_KIND_NOTICE,
             payload_json='{"text": "note"}',
+            user_visible_assistant_response=False,
         )
     )
 

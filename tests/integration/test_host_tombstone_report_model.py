@@ -232,9 +232,10 @@ def _machine(
                 return runtime_pb2.ReportItem(
                     message_snapshot=runtime_pb2.MessageSnapshot(
                         message_id=f"m-{turn_id}",
-                        role=canonical_pb2.MESSAGE_ROLE_ASSISTANT,
-                        kind=canonical_pb2.MESSAGE_KIND_TEXT,
+                        role=canonical_pb2.MESSAGE_ROLE_SYSTEM,
+                        kind=canonical_pb2.MESSAGE_KIND_NOTICE,
                         payload_json='{"text": "x"}',
+                        user_visible_assistant_response=False,
                     )
                 )
             origin = canonical_pb2.TURN_ORIGIN_USER

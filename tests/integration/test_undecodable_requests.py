@@ -202,8 +202,8 @@ def test_load_apps_nested_past_the_decoder_and_past_the_bound_is_invalid_argumen
     _assert_no_errors_or_tracebacks(caplog)
 
 
-def _deep_tool_call_item(levels: int, message_id: str) -> bytes:
-    """A report item: one tool-call message whose steps nest ``levels`` deep."""
+def _deep_tool_call_item(levels: int, message_id: str, turn_id: str = "t-deep") -> bytes:
+    """A report item: one tool-call message of ``turn_id`` whose steps nest ``levels`` deep."""
     snapshot = runtime_pb2.ToolCallSnapshot
     steps = _number(snapshot.DESCRIPTOR, "steps")
     call = snapshot(call_id="c0", tool_name="Bash").SerializeToString()
@@ -213,8 +213,10 @@ def _deep_tool_call_item(levels: int, message_id: str) -> bytes:
         )
     message = runtime_pb2.MessageSnapshot(
         message_id=message_id,
+        turn_id=turn_id,
         role=canonical_pb2.MESSAGE_ROLE_ASSISTANT,
         kind=canonical_pb2.MESSAGE_KIND_TOOL_CALL,
+        user_visible_assistant_response=False,
     ).SerializeToString()
     message += _field(_number(runtime_pb2.MessageSnapshot.DESCRIPTOR, "tool_call"), call)
     return _field(_number(runtime_pb2.ReportItem.DESCRIPTOR, "message_snapshot"), message)
@@ -239,15 +241,15 @@ def test_runtime_link_tool_call_steps_too_deep(
     host = start_host(live_server, migrated_db_url)
     caplog.set_level(logging.WARNING)
     runtime = host.runtime()
+    turn = host.send("hello", "c1").turn
+    runtime.ack(runtime.next_command().command_id)
     # 40 levels decode but exceed MAX_STEP_DEPTH (32): that report is rejected, the link stays.
-    deep = runtime_pb2.ReportItem.FromString(_deep_tool_call_item(40, "m1"))
+    deep = runtime_pb2.ReportItem.FromString(_deep_tool_call_item(40, "m1", turn.turn_id))
     verdict = runtime.report(WS, "s1", "r1", deep)
     assert (verdict.outcome, verdict.reason) == (
         runtime_pb2.REPORT_OUTCOME_REJECTED,
         "INVALID_TOOL_CALL",
     )
-    turn = host.send("hello", "c1").turn
-    runtime.ack(runtime.next_command().command_id)
     alive = runtime.report(
         WS, "s1", "r2", turn_patch(turn.turn_id, canonical_pb2.TURN_PHASE_RUNNING)
     )

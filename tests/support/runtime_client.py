@@ -149,9 +149,18 @@ def turn_patch(turn_id: str, phase: int, **fields: Any) -> runtime_pb2.ReportIte
 
 
 def text_message(
-    message_id: str, turn_id: str, text: str, role: int = canonical_pb2.MESSAGE_ROLE_ASSISTANT
+    message_id: str,
+    turn_id: str,
+    text: str,
+    role: int = canonical_pb2.MESSAGE_ROLE_ASSISTANT,
+    *,
+    visible: bool = True,
 ) -> runtime_pb2.ReportItem:
-    """An assistant text ``message_snapshot`` item."""
+    """An assistant text ``message_snapshot`` item of Turn ``turn_id``.
+
+    ``visible`` is the runtime's classification (HOST-MSG-1): assistant text is
+    user-facing unless a test says otherwise.
+    """
     return runtime_pb2.ReportItem(
         message_snapshot=runtime_pb2.MessageSnapshot(
             message_id=message_id,
@@ -159,6 +168,7 @@ def text_message(
             role=role,  # type: ignore[arg-type]
             kind=canonical_pb2.MESSAGE_KIND_TEXT,
             payload_json=f'{{"text": "{text}"}}',
+            user_visible_assistant_response=visible,
         )
     )
 

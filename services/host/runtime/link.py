@@ -87,6 +87,13 @@ fences (HOST-DEL-11): nothing is created, as ``CreateSession`` refuses the id.""
 INVALID_FIELD_VALUE = "INVALID_FIELD_VALUE"
 """Verdict reason of a report with an unknown enum number or a NUL character (SEC-2)."""
 
+INVALID_MESSAGE = "INVALID_MESSAGE"
+"""Verdict reason of a message snapshot Host cannot store: no id, role or kind, no
+classification (HOST-MSG-1), or no Turn of its Session where one is required (HOST-MSG-7)."""
+
+SESSION_SCOPED_KIND = "notice"
+"""The only message kind a runtime may report without a Turn (HOST-MSG-7)."""
+
 UNKNOWN_AGENT_TARGET = "UNKNOWN_AGENT_TARGET"
 """Verdict reason of a Session patch naming an unregistered target (HOST-SES-1)."""
 
@@ -635,13 +642,16 @@ async def _apply_message(
     refuse: Refuse,
 ) -> ItemResult:
     if item.role is None or item.kind is None or not item.message_id:
-        raise refuse(index, "rejected", "INVALID_MESSAGE", "message id, role and kind are required")
-    if item.turn_id is not None:
-        turn = await repos.turns.get(session.workspace_id, session.session_id, item.turn_id)
-        if turn is None:
-            raise refuse(
-                index, "rejected", "UNKNOWN_TURN", f"message names unknown Turn {item.turn_id!r}"
-            )
+        raise refuse(index, "rejected", INVALID_MESSAGE, "message id, role and kind are required")
+    if item.user_visible_assistant_response is None:
+        # HOST-MSG-1: the producer classifies; Host never derives it from role or kind.
+        raise refuse(
+            index,
+            "rejected",
+            INVALID_MESSAGE,
+            "user_visible_assistant_response is required (the runtime classifies its messages)",
+        )
+    await _check_message_turn(repos, session, index, item, refuse)
     if item.tool_call is not None:
         # HOST-MSG-3..5: projection and budgets; data that cannot fit rejects the report.
         try:
@@ -658,10 +668,43 @@ async def _apply_message(
         role=item.role,
         kind=item.kind,
         payload_json=payload,
+        user_visible_assistant_response=item.user_visible_assistant_response,
         occurred_at_unix_ms=item.occurred_at_unix_ms or now,
         now=now,
     )
     return ItemResult(index, "applied" if write.changed else "already_applied")
+
+
+async def _check_message_turn(
+    repos: HostTransaction,
+    session: SessionRow,
+    index: int,
+    item: MessageSnapshotItem,
+    refuse: Refuse,
+) -> None:
+    """HOST-MSG-7: an execution message names an existing Turn of its Session.
+
+    Only a ``notice`` may be Session-scoped (no ``turn_id``); a ``turn_id`` that is given
+    must name a Turn of this Session, whatever the kind.
+    """
+    if item.turn_id is None:
+        if item.kind != SESSION_SCOPED_KIND:
+            raise refuse(
+                index,
+                "rejected",
+                INVALID_MESSAGE,
+                f"a {item.kind} message needs the turn_id of its Turn; only a notice may "
+                "be Session-scoped",
+            )
+        return
+    turn = await repos.turns.get(session.workspace_id, session.session_id, item.turn_id)
+    if turn is None:
+        raise refuse(
+            index,
+            "rejected",
+            INVALID_MESSAGE,
+            f"message names Turn {item.turn_id!r}, which is not a Turn of this Session",
+        )
 
 
 async def _apply_transition(

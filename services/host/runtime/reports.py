@@ -48,7 +48,11 @@ class TurnPatchItem:
 
 @dataclass(frozen=True)
 class MessageSnapshotItem:
-    """A message snapshot; tool-call snapshots carry ``tool_call`` for projection."""
+    """A message snapshot; tool-call snapshots carry ``tool_call`` for projection.
+
+    ``user_visible_assistant_response`` is the runtime's classification (HOST-MSG-1);
+    ``None`` means the snapshot left it unset, which the report application rejects.
+    """
 
     message_id: str
     turn_id: str | None
@@ -57,6 +61,7 @@ class MessageSnapshotItem:
     occurred_at_unix_ms: int
     payload_json: str | None = None
     tool_call: ToolCallSnapshot | None = None
+    user_visible_assistant_response: bool | None = None
 
 
 @dataclass(frozen=True)

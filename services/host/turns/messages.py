@@ -1,8 +1,9 @@
 """Transcript messages: version-cursor paging and snapshot writes (HOST-MSG-1, HOST-MSG-2).
 
 Every write takes the next Session ``message_version`` as the message's ``version``; a new
-message also takes the next ``sequence``, which never changes afterwards. Host sets
-``user_visible_assistant_response`` on every row it writes.
+message also takes the next ``sequence``, which never changes afterwards. A snapshot's
+``user_visible_assistant_response`` is its producer's classification, stored verbatim: Host
+never derives it from role or kind (HOST-MSG-1); it classifies only the rows it writes itself.
 """
 
 from __future__ import annotations
@@ -20,18 +21,6 @@ from services.host.repository.unit_of_work import HostTransaction
 
 DEFAULT_MESSAGE_PAGE = 200
 MAX_MESSAGE_PAGE = 1000
-
-_VISIBLE = {
-    ("assistant", "text"),
-    ("assistant", "plan"),
-    ("assistant", "error"),
-    ("system", "error"),
-}
-
-
-def user_visible(role: str, kind: str) -> bool:
-    """HOST-MSG-1: true for user-facing assistant text, plans and visible failures."""
-    return (role, kind) in _VISIBLE
 
 
 @dataclass(frozen=True)
@@ -101,16 +90,22 @@ async def write_snapshot(
     role: str,
     kind: str,
     payload_json: str,
+    user_visible_assistant_response: bool,
     occurred_at_unix_ms: int,
     now: int,
 ) -> SnapshotWrite:
-    """Insert or update one message; an identical snapshot changes nothing."""
+    """Insert or update one message; an identical snapshot changes nothing.
+
+    ``user_visible_assistant_response`` is the producer's classification, stored as given
+    (HOST-MSG-1); a changed classification is a change like any other.
+    """
     existing = await repos.messages.get(session.workspace_id, session.session_id, message_id)
     if existing is not None:
         if (
             existing.payload_json == payload_json
             and existing.kind == kind
             and existing.role == role
+            and existing.user_visible_assistant_response == user_visible_assistant_response
         ):
             return SnapshotWrite(False, existing)
         repos.messages.update(
@@ -118,7 +113,7 @@ async def write_snapshot(
             payload_json=payload_json,
             kind=kind,
             role=role,
-            user_visible_assistant_response=user_visible(role, kind),
+            user_visible_assistant_response=user_visible_assistant_response,
             version=repos.session_rows.next_message_version(session),
             occurred_at_unix_ms=occurred_at_unix_ms,
             updated_at_unix_ms=now,
@@ -139,7 +134,7 @@ async def write_snapshot(
         role=role,
         kind=kind,
         payload_json=payload_json,
-        user_visible_assistant_response=user_visible(role, kind),
+        user_visible_assistant_response=user_visible_assistant_response,
     )
     repos.session_rows.update(session, updated_at_unix_ms=max(session.updated_at_unix_ms, now))
     return SnapshotWrite(True, message)

@@ -152,6 +152,7 @@ def _item(item: runtime_pb2.ReportItem) -> ReportItem | None:
             occurred_at_unix_ms=snap.occurred_at_unix_ms,
             payload_json=snap.payload_json if snap.WhichOneof("body") == "payload_json" else None,
             tool_call=tool_call,
+            user_visible_assistant_response=_opt(snap, "user_visible_assistant_response"),
         )
     if kind == "interaction_disposition":
         disp = item.interaction_disposition
