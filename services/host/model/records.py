@@ -365,9 +365,9 @@ def decode_subagent_catalog(text: str | None) -> tuple[Subagent, ...] | None:
     Unlike :func:`subagents_from_json` nothing is dropped: a value that is not a JSON list
     of ``{"name": str, "description"?: str}`` objects is unreadable as a whole (the ``@``
     menu then shows no agents rather than part of the catalog, HOST-MENT-4). No stored
-    catalog (imports, older rows) is an empty one.
+    catalog (null or empty: imports, older rows) is an empty one.
     """
-    if text is None:
+    if not text:
         return ()
     try:
         data = json.loads(text)
