@@ -74,7 +74,7 @@ def test_an_unreadable_workspace_index_empties_only_the_agents_group(
         None,
     )
     # The index cannot be read: the call succeeds with an empty group and the reason.
-    expected = ([], [], "WORKSPACE_INDEX_UNAVAILABLE")
+    expected: tuple[list[str], list[str], str | None] = ([], [], "WORKSPACE_INDEX_UNAVAILABLE")
     assert group(catalog(host, session_id="s-bad")) == expected
     assert group(catalog(host, agent_target_id="demo", cwd=unreadable)) == expected
     # Plan mode lists no agents and reads no index: nothing is unavailable.
@@ -107,7 +107,7 @@ def test_an_undecodable_catalog_is_catalog_unavailable(
             )
             .values(subagent_catalog_json='{"name": "explorer"}')
         )
-    expected = ([], [], "CATALOG_UNAVAILABLE")
+    expected: tuple[list[str], list[str], str | None] = ([], [], "CATALOG_UNAVAILABLE")
     assert group(catalog(host, session_id="s-1")) == expected
     assert group(catalog(host, session_id="s-2")) == expected
     assert group(catalog(host, agent_target_id="demo", cwd=str(tmp_path))) == expected
