@@ -24,6 +24,7 @@ then unchanged.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -38,6 +39,8 @@ __all__ = ["ProjectRemoval", "remove_project"]
 
 STALE_DELETE_PLAN = "STALE_DELETE_PLAN"
 
+_log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class ProjectRemoval:
@@ -46,12 +49,10 @@ class ProjectRemoval:
     Attributes:
         deletion: every round's deletes together.
         rehomed_session_ids: the Sessions the finalize moved to ``conversations``.
-        rounds: how many rounds the removal took (1 when nothing raced it).
     """
 
     deletion: deletion.DeletionResult
     rehomed_session_ids: tuple[str, ...]
-    rounds: int = 1
 
 
 class _LiveRootAppeared(Exception):
@@ -113,7 +114,7 @@ async def remove_project(ctx: HostContext, workspace_id: str, section_key: str) 
         return tuple(rehomed)
 
     result = deletion.DeletionResult()
-    for round_number in range(1, ctx.project_removal_max_rounds + 1):
+    for _ in range(ctx.project_removal_max_rounds):
         roots = await ctx.transact(live_roots, write=False)
         try:
             result = _merged(result, await _delete_roots(ctx, workspace_id, roots))
@@ -125,5 +126,11 @@ async def remove_project(ctx: HostContext, workspace_id: str, section_key: str) 
             rehomed = await ctx.transact(finalize)
         except _LiveRootAppeared:
             continue
-        return ProjectRemoval(result, rehomed, round_number)
+        return ProjectRemoval(result, rehomed)
+    _log.info(
+        "RemoveProject %s/%s lost %d rounds to concurrent changes; the caller retries",
+        workspace_id,
+        section_key,
+        ctx.project_removal_max_rounds,
+    )
     raise deletion.stale_plan(workspace_id)
