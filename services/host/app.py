@@ -12,6 +12,7 @@ from services.host.runtime.live_settings import LinkedRuntimeSettings
 from services.host.servicer import HostServicer, RuntimeLinkServicer
 from services.host.settings import Settings
 from services.host.turns.disposition_queries import DispositionQuerier
+from services.host.turns.workspace_index import WorkspaceIndexFactory, local_workspace_index
 from services.host.wire.activity_codec import ProtoEventCodec
 from services.host.wire.command_codec import ProtoCommandCodec
 from store.database import Database
@@ -26,8 +27,14 @@ frame with a report over that still arrives and is answered ``REPORT_OUTCOME_REJ
 with ``RESOURCE_EXHAUSTED`` (the stream ends)."""
 
 
-def build(settings: Settings) -> ServiceDefinition:
-    """Assemble the host service for :func:`grpcserver.app.serve`."""
+def build(
+    settings: Settings, *, workspace_index: WorkspaceIndexFactory = local_workspace_index
+) -> ServiceDefinition:
+    """Assemble the host service for :func:`grpcserver.app.serve`.
+
+    ``workspace_index`` replaces the local file-system index of ``@name`` shadowing
+    (tests install one that fails, HOST-MENT-4).
+    """
     database = Database(
         settings.resolved_database_url(),
         sqlite_write_queue_seconds=settings.sqlite_write_queue_seconds,
@@ -40,6 +47,8 @@ def build(settings: Settings) -> ServiceDefinition:
         runtime_loss_grace_seconds=settings.runtime_loss_grace_seconds,
         runtime_command_timeout_seconds=settings.runtime_command_timeout_seconds,
         interaction_disposition_query_seconds=settings.interaction_disposition_query_seconds,
+        workspace_index=workspace_index,
+        project_removal_max_rounds=settings.project_removal_max_rounds,
     )
     # HOST-OBS-1/2: the durable event log (wire codec), live lane and pruning bounds.
     ctx.activity = ActivityFeed(

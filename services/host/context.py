@@ -14,6 +14,7 @@ from services.host.repository.unit_of_work import HostTransaction
 from services.host.runtime.commands import CommandCodec
 from services.host.runtime.registry import RuntimeRegistry
 from services.host.runtime.settings_port import DetachedRuntimeSettings, RuntimeSettingsPort
+from services.host.turns.workspace_index import WorkspaceIndexFactory, local_workspace_index
 from store.database import Database
 from store.direct_reads import ReadConnection
 
@@ -48,6 +49,11 @@ class HostContext:
         activity: The activity feed: durable event log, live and delta lanes, pruning
             (HOST-OBS-1/2, HOST-RT-2). The default records no events (no codec);
             ``app.build`` passes the wire codec.
+        workspace_index: Builds the workspace file-index port of a root, asked by the
+            ``@`` menu and by send-time mention resolution (HOST-MENT-1, HOST-MENT-4); the
+            local file system unless ``app.build`` is given another (tests).
+        project_removal_max_rounds: Rounds ``RemoveProject`` makes before it fails
+            ``STALE_DELETE_PLAN`` (``TUTTI_PROJECT_REMOVAL_MAX_ROUNDS``, HOST-PROJ-1).
     """
 
     database: Database
@@ -60,6 +66,8 @@ class HostContext:
     interaction_disposition_query_seconds: float = 30.0
     runtime_settings: RuntimeSettingsPort = field(default_factory=DetachedRuntimeSettings)
     activity: ActivityFeed = field(default_factory=lambda: ActivityFeed(wall_clock_ms))
+    workspace_index: WorkspaceIndexFactory = local_workspace_index
+    project_removal_max_rounds: int = 5
 
     @property
     def disposition_query_window_ms(self) -> int:

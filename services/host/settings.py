@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from grpcserver.settings import DEFAULT_PORTS, ServerSettings
 
 
@@ -49,3 +51,9 @@ class Settings(ServerSettings):
     consumer that falls further behind gets ``RESOURCE_EXHAUSTED``
     (``WATCH_CONSUMER_TOO_SLOW``) and resumes from its cursor
     (``TUTTI_WATCH_QUEUE_MAX_ITEMS``)."""
+
+    project_removal_max_rounds: int = Field(default=5, ge=1)
+    """How many rounds ``RemoveProject`` makes before it gives up with ``ABORTED``
+    ``STALE_DELETE_PLAN`` (RetryInfo): each round deletes the project's live unpinned roots,
+    then tries the compare-and-finalize, which rolls back when a live unpinned root appeared
+    meanwhile (``TUTTI_PROJECT_REMOVAL_MAX_ROUNDS``, HOST-PROJ-1)."""

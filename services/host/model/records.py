@@ -26,6 +26,7 @@ __all__ = [
     "TombstoneRecord",
     "TurnRecord",
     "UsageRecord",
+    "decode_subagent_catalog",
     "json_object",
     "subagents_from_json",
     "subagents_to_json",
@@ -356,6 +357,33 @@ class SettingsCatalog:
 def subagents_to_json(subagents: tuple[Subagent, ...]) -> str:
     """Encode a subagent catalog (``subagent_catalog_json``, ``launch_subagents_json``)."""
     return json.dumps([{"name": s.name, "description": s.description} for s in subagents])
+
+
+def decode_subagent_catalog(text: str | None) -> tuple[Subagent, ...] | None:
+    """Read a stored subagent catalog exactly, or ``None`` when it cannot be read.
+
+    Unlike :func:`subagents_from_json` nothing is dropped: a value that is not a JSON list
+    of ``{"name": str, "description"?: str}`` objects is unreadable as a whole (the ``@``
+    menu then shows no agents rather than part of the catalog, HOST-MENT-4). No stored
+    catalog (null or empty: imports, older rows) is an empty one.
+    """
+    if not text:
+        return ()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, list):
+        return None
+    catalog: list[Subagent] = []
+    for item in data:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            return None
+        description = item.get("description", "")
+        if not isinstance(description, str):
+            return None
+        catalog.append(Subagent(item["name"], description))
+    return tuple(catalog)
 
 
 def subagents_from_json(text: str | None) -> tuple[Subagent, ...]:

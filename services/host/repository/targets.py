@@ -72,6 +72,16 @@ class TargetRepository:
         row = (await self._session.execute(query)).scalar_one_or_none()
         return None if row is None else _record(row)
 
+    async def subagent_catalog_json(self, agent_target_id: str) -> str | None:
+        """The target's subagent catalog exactly as stored; ``None`` for an unknown target."""
+        result = await self._session.execute(
+            select(AgentTarget.subagent_catalog_json).where(
+                AgentTarget.workspace_id == DEPLOYMENT_WORKSPACE_KEY,
+                AgentTarget.agent_target_id == agent_target_id,
+            )
+        )
+        return result.scalar_one_or_none()
+
     async def matching(
         self, *, include_disabled: bool, provider: str | None
     ) -> list[AgentTargetRecord]:

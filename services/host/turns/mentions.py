@@ -40,7 +40,7 @@ Public API:
     Subagent(name, description): one launch-catalog entry.
     AgentMention(start, end, name), SkillMention(start, end, skill_id): stored mentions.
     MentionResolution(prompt, command, skill_mentions, agent_mentions): a rewrite.
-    MentionMenu(agents, shadowed_names): the ``@`` menu's Agents group.
+    MentionMenu(agents, shadowed_names, unavailable_reason): the ``@`` menu's Agents group.
     WorkspaceFileIndex: ``Callable[[str], bool]`` port.
     leading_command(draft) -> str | None
     shadow_candidates(draft, *, mode, subagents) -> frozenset[str]
@@ -152,10 +152,16 @@ class MentionResolution:
 
 @dataclass(frozen=True)
 class MentionMenu:
-    """The ``@`` menu's Agents group: catalog order, minus shadowed names."""
+    """The ``@`` menu's Agents group: catalog order, minus shadowed names.
+
+    ``unavailable_reason`` is set (``WORKSPACE_INDEX_UNAVAILABLE`` or
+    ``CATALOG_UNAVAILABLE``) when a read behind the group failed; the group is then empty,
+    never unshadowed or partly filtered (HOST-MENT-4).
+    """
 
     agents: tuple[Subagent, ...]
     shadowed_names: tuple[str, ...]
+    unavailable_reason: str | None = None
 
 
 # ---------------------------------------------------------------------------- UTF-16

@@ -20,7 +20,6 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from domainerrors import (
@@ -61,6 +60,7 @@ from services.host.turns.reference_metadata import (
     encode_references,
     validate_references,
 )
+from services.host.turns.workspace_index import INDEX_READ_ERRORS
 
 DELIVERIES = ("new_turn", "guidance", "interrupt")
 MAX_CONTENT_CHARS = 1_048_576
@@ -255,7 +255,7 @@ async def persist_submission(
     )
     if active is not None and not lifecycle.is_active(active):
         active = None  # a stale reference never blocks a submission
-    rewrite = _rewrite(session, submission)
+    rewrite = _rewrite(ctx, session, submission)
     if submission.delivery == "guidance":
         _guide(ctx, repos, session, active, submission, rewrite, now)
         return False, None
@@ -439,15 +439,25 @@ class _Rewrite:
     agent_mentions_json: str | None
 
 
-def _rewrite(session: SessionRow, submission: Submission) -> _Rewrite:
-    """Resolve ``@agent`` and ``/skill:`` tokens against the launch catalog (HOST-MENT-1..3)."""
-    catalog = _launch_catalog(session)
-    resolution = mentions.resolve_mentions(
-        submission.content,
-        mode=mentions.ComposerMode(submission.mode),
-        subagents=catalog,
-        is_workspace_entry=_workspace_entry_check(session),
-    )
+def _rewrite(ctx: HostContext, session: SessionRow, submission: Submission) -> _Rewrite:
+    """Resolve ``@agent`` and ``/skill:`` tokens against the launch catalog (HOST-MENT-1..3).
+
+    When the workspace file index cannot be read, no ``@name`` can be told from a file of
+    that name, so none is a delegation: the tokens stay literal, ``/skill:`` tokens are
+    still rewritten and the send goes ahead (HOST-MENT-4).
+    """
+    mode = mentions.ComposerMode(submission.mode)
+    try:
+        resolution = mentions.resolve_mentions(
+            submission.content,
+            mode=mode,
+            subagents=_launch_catalog(session),
+            is_workspace_entry=ctx.workspace_index(session.cwd),
+        )
+    except INDEX_READ_ERRORS:
+        resolution = mentions.resolve_mentions(
+            submission.content, mode=mode, subagents=(), is_workspace_entry=_no_entries
+        )
     if resolution is None:
         return _Rewrite(submission.content, None, None, None)
     return _Rewrite(
@@ -456,6 +466,11 @@ def _rewrite(session: SessionRow, submission: Submission) -> _Rewrite:
         mentions.encode_skill_mentions(resolution.skill_mentions),
         mentions.encode_agent_mentions(resolution.agent_mentions),
     )
+
+
+def _no_entries(name: str) -> bool:
+    """The index of no catalog: never asked, since no name can be a delegation."""
+    return False
 
 
 def _launch_catalog(session: SessionRow) -> list[mentions.Subagent]:
@@ -471,21 +486,6 @@ def _launch_catalog(session: SessionRow) -> list[mentions.Subagent]:
         for item in value
         if isinstance(item, dict) and isinstance(item.get("name"), str)
     ]
-
-
-def _workspace_entry_check(session: SessionRow) -> mentions.WorkspaceFileIndex:
-    """The workspace file-index port for this Session: its working directory's entries."""
-    root = Path(session.cwd) if session.cwd else None
-
-    def is_entry(name: str) -> bool:
-        if root is None:
-            return False
-        try:
-            return (root / name).exists()
-        except OSError:
-            return False
-
-    return is_entry
 
 
 def _user_message(

@@ -158,7 +158,11 @@ class TargetRpcs:
     async def GetMentionCatalog(
         self, request: host_pb2.GetMentionCatalogRequest, context: Any
     ) -> host_pb2.GetMentionCatalogResponse:
-        """The ``@`` menu's Agents group minus shadowed names (HOST-MENT-1)."""
+        """The ``@`` menu's Agents group minus shadowed names (HOST-MENT-1).
+
+        A failed catalog or file-index read empties the group and sets
+        ``unavailable_reason`` instead of failing the call (HOST-MENT-4).
+        """
         if request.mode not in COMPOSER_MODES:
             raise InvalidArgument.for_field("mode", "unknown composer mode")
         scope = request.WhichOneof("scope")
@@ -176,4 +180,5 @@ class TargetRpcs:
                 for a in menu.agents
             ],
             shadowed_names=list(menu.shadowed_names),
+            unavailable_reason=menu.unavailable_reason,
         )
