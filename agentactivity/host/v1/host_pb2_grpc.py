@@ -290,8 +290,9 @@ class HostServiceServicer:
         """GetMentionCatalog reads the `@` menu's Agents group: the subagent catalog of a
         Session's launch (or of a target before a Session exists), minus names
         shadowed by a file or folder in the workspace root (HOST-MENT-1). Returns an
-        empty group outside agent mode. Errors: NOT_FOUND `AGENT_TARGET_NOT_FOUND`;
-        a failed file-index read is UNAVAILABLE `WORKSPACE_INDEX_UNAVAILABLE`.
+        empty group outside agent mode. A failed read of the workspace file index or
+        the launch catalog only empties the group and sets `unavailable_reason`
+        (HOST-MENT-4). Errors: NOT_FOUND `AGENT_TARGET_NOT_FOUND`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -317,12 +318,13 @@ class HostServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RemoveProject(self, request, context):
-        """RemoveProject deletes the project's live unpinned root Sessions through the
-        DeleteSessions command, then in one compare-and-finalize transaction rehomes
-        retained pinned trees and recoverable tombstones to the conversations key and
-        removes the project row (HOST-PROJ-1, HOST-SES-2). Errors: NOT_FOUND
-        `PROJECT_NOT_FOUND`; ABORTED `STALE_DELETE_PLAN` when membership changed
-        between the delete and the finalize (retry re-plans; RetryInfo).
+        """RemoveProject repeats rounds: it deletes the project's live unpinned root
+        Sessions through the DeleteSessions command, then in one compare-and-finalize
+        transaction rehomes retained pinned trees and recoverable tombstones to the
+        conversations key and removes the project row; a root that appeared meanwhile
+        starts another round (HOST-PROJ-1, HOST-SES-2). Errors: NOT_FOUND
+        `PROJECT_NOT_FOUND`; ABORTED `STALE_DELETE_PLAN` (RetryInfo) after the
+        configured number of rounds all lost a race.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

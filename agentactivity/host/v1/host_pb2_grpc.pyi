@@ -89,8 +89,9 @@ class HostServiceStub:
     """GetMentionCatalog reads the `@` menu's Agents group: the subagent catalog of a
     Session's launch (or of a target before a Session exists), minus names
     shadowed by a file or folder in the workspace root (HOST-MENT-1). Returns an
-    empty group outside agent mode. Errors: NOT_FOUND `AGENT_TARGET_NOT_FOUND`;
-    a failed file-index read is UNAVAILABLE `WORKSPACE_INDEX_UNAVAILABLE`.
+    empty group outside agent mode. A failed read of the workspace file index or
+    the launch catalog only empties the group and sets `unavailable_reason`
+    (HOST-MENT-4). Errors: NOT_FOUND `AGENT_TARGET_NOT_FOUND`.
     """
     AddProject: _grpc.UnaryUnaryMultiCallable[_host_pb2.AddProjectRequest, _host_pb2.AddProjectResponse]
     """---- User projects (HOST-PROJ-1) ----
@@ -103,12 +104,13 @@ class HostServiceStub:
     ListProjects: _grpc.UnaryUnaryMultiCallable[_host_pb2.ListProjectsRequest, _host_pb2.ListProjectsResponse]
     """ListProjects lists the workspace's user projects (HOST-PROJ-1)."""
     RemoveProject: _grpc.UnaryUnaryMultiCallable[_host_pb2.RemoveProjectRequest, _host_pb2.RemoveProjectResponse]
-    """RemoveProject deletes the project's live unpinned root Sessions through the
-    DeleteSessions command, then in one compare-and-finalize transaction rehomes
-    retained pinned trees and recoverable tombstones to the conversations key and
-    removes the project row (HOST-PROJ-1, HOST-SES-2). Errors: NOT_FOUND
-    `PROJECT_NOT_FOUND`; ABORTED `STALE_DELETE_PLAN` when membership changed
-    between the delete and the finalize (retry re-plans; RetryInfo).
+    """RemoveProject repeats rounds: it deletes the project's live unpinned root
+    Sessions through the DeleteSessions command, then in one compare-and-finalize
+    transaction rehomes retained pinned trees and recoverable tombstones to the
+    conversations key and removes the project row; a root that appeared meanwhile
+    starts another round (HOST-PROJ-1, HOST-SES-2). Errors: NOT_FOUND
+    `PROJECT_NOT_FOUND`; ABORTED `STALE_DELETE_PLAN` (RetryInfo) after the
+    configured number of rounds all lost a race.
     """
     CreateSession: _grpc.UnaryUnaryMultiCallable[_host_pb2.CreateSessionRequest, _host_pb2.CreateSessionResponse]
     """---- Sessions (HOST-SES-1..7) ----
@@ -401,8 +403,9 @@ class HostServiceAsyncStub(HostServiceStub):
     """GetMentionCatalog reads the `@` menu's Agents group: the subagent catalog of a
     Session's launch (or of a target before a Session exists), minus names
     shadowed by a file or folder in the workspace root (HOST-MENT-1). Returns an
-    empty group outside agent mode. Errors: NOT_FOUND `AGENT_TARGET_NOT_FOUND`;
-    a failed file-index read is UNAVAILABLE `WORKSPACE_INDEX_UNAVAILABLE`.
+    empty group outside agent mode. A failed read of the workspace file index or
+    the launch catalog only empties the group and sets `unavailable_reason`
+    (HOST-MENT-4). Errors: NOT_FOUND `AGENT_TARGET_NOT_FOUND`.
     """
     AddProject: _aio.UnaryUnaryMultiCallable[_host_pb2.AddProjectRequest, _host_pb2.AddProjectResponse]  # type: ignore[assignment]
     """---- User projects (HOST-PROJ-1) ----
@@ -415,12 +418,13 @@ class HostServiceAsyncStub(HostServiceStub):
     ListProjects: _aio.UnaryUnaryMultiCallable[_host_pb2.ListProjectsRequest, _host_pb2.ListProjectsResponse]  # type: ignore[assignment]
     """ListProjects lists the workspace's user projects (HOST-PROJ-1)."""
     RemoveProject: _aio.UnaryUnaryMultiCallable[_host_pb2.RemoveProjectRequest, _host_pb2.RemoveProjectResponse]  # type: ignore[assignment]
-    """RemoveProject deletes the project's live unpinned root Sessions through the
-    DeleteSessions command, then in one compare-and-finalize transaction rehomes
-    retained pinned trees and recoverable tombstones to the conversations key and
-    removes the project row (HOST-PROJ-1, HOST-SES-2). Errors: NOT_FOUND
-    `PROJECT_NOT_FOUND`; ABORTED `STALE_DELETE_PLAN` when membership changed
-    between the delete and the finalize (retry re-plans; RetryInfo).
+    """RemoveProject repeats rounds: it deletes the project's live unpinned root
+    Sessions through the DeleteSessions command, then in one compare-and-finalize
+    transaction rehomes retained pinned trees and recoverable tombstones to the
+    conversations key and removes the project row; a root that appeared meanwhile
+    starts another round (HOST-PROJ-1, HOST-SES-2). Errors: NOT_FOUND
+    `PROJECT_NOT_FOUND`; ABORTED `STALE_DELETE_PLAN` (RetryInfo) after the
+    configured number of rounds all lost a race.
     """
     CreateSession: _aio.UnaryUnaryMultiCallable[_host_pb2.CreateSessionRequest, _host_pb2.CreateSessionResponse]  # type: ignore[assignment]
     """---- Sessions (HOST-SES-1..7) ----
@@ -734,8 +738,9 @@ class HostServiceServicer(metaclass=_abc_1.ABCMeta):
         """GetMentionCatalog reads the `@` menu's Agents group: the subagent catalog of a
         Session's launch (or of a target before a Session exists), minus names
         shadowed by a file or folder in the workspace root (HOST-MENT-1). Returns an
-        empty group outside agent mode. Errors: NOT_FOUND `AGENT_TARGET_NOT_FOUND`;
-        a failed file-index read is UNAVAILABLE `WORKSPACE_INDEX_UNAVAILABLE`.
+        empty group outside agent mode. A failed read of the workspace file index or
+        the launch catalog only empties the group and sets `unavailable_reason`
+        (HOST-MENT-4). Errors: NOT_FOUND `AGENT_TARGET_NOT_FOUND`.
         """
 
     @_abc_1.abstractmethod
@@ -766,12 +771,13 @@ class HostServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _host_pb2.RemoveProjectRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_host_pb2.RemoveProjectResponse, _abc.Awaitable[_host_pb2.RemoveProjectResponse]]:
-        """RemoveProject deletes the project's live unpinned root Sessions through the
-        DeleteSessions command, then in one compare-and-finalize transaction rehomes
-        retained pinned trees and recoverable tombstones to the conversations key and
-        removes the project row (HOST-PROJ-1, HOST-SES-2). Errors: NOT_FOUND
-        `PROJECT_NOT_FOUND`; ABORTED `STALE_DELETE_PLAN` when membership changed
-        between the delete and the finalize (retry re-plans; RetryInfo).
+        """RemoveProject repeats rounds: it deletes the project's live unpinned root
+        Sessions through the DeleteSessions command, then in one compare-and-finalize
+        transaction rehomes retained pinned trees and recoverable tombstones to the
+        conversations key and removes the project row; a root that appeared meanwhile
+        starts another round (HOST-PROJ-1, HOST-SES-2). Errors: NOT_FOUND
+        `PROJECT_NOT_FOUND`; ABORTED `STALE_DELETE_PLAN` (RetryInfo) after the
+        configured number of rounds all lost a race.
         """
 
     @_abc_1.abstractmethod
