@@ -23,6 +23,7 @@ __all__ = [
     "InterruptReason",
     "InterruptTurn",
     "ReleaseSession",
+    "ResumeSession",
     "RuntimeCommandValue",
     "RuntimeSessionContext",
     "StartTurn",
@@ -117,6 +118,13 @@ class ReleaseSession:
     reason: str
 
 
+@dataclass(frozen=True)
+class ResumeSession:
+    """Resume (re-attach) the provider session without a Turn (``resume_session``, HOST-SES-9)."""
+
+    session: RuntimeSessionContext
+
+
 RuntimeCommandValue = (
     StartTurn
     | Guidance
@@ -125,6 +133,7 @@ RuntimeCommandValue = (
     | DeliverInteractionResponse
     | ApplySettings
     | ReleaseSession
+    | ResumeSession
 )
 """Every command the outbox stores."""
 
