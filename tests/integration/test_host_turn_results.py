@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 import grpc
 import pytest
@@ -19,6 +20,7 @@ from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2, runtime_pb2
 from store.models import Message, Turn
 from tests.integration.host_activity import DEVICE, WS, HostUnderTest, error_reason, start_host
+from tests.support.activity_watch import Watcher, kind
 from tests.support.runtime_client import ScriptedRuntime, turn_patch
 from tests.support.servers import LiveServer
 
@@ -394,4 +396,28 @@ def test_an_invalid_snapshot_rejects_the_whole_report(
     assert after == before
     assert snapshot(after) == [("kept.py", CREATED, None)]
     assert host.counts() == (1, 1)  # the text of the rejected report was not written
+    runtime.close()
+
+
+@pytest.mark.spec("HOST-TURN-8", "HOST-OBS-1")
+def test_turn_update_events_carry_the_snapshot(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    host = start_host(live_server, migrated_db_url)
+    runtime, turn_id = started(host)
+    watcher = Watcher(host.server.channel)
+    watcher.wait_ready()
+    snap = files(change("out/log.txt", CREATED))
+    runtime.report(WS, "s1", "r1", turn_patch(turn_id, RUNNING, file_changes=snap))
+
+    def carried(events: list[Any]) -> bool:
+        return any(
+            kind(e) == "turn_update"
+            and e.turn_update.turn.turn_id == turn_id
+            and snapshot(e.turn_update.turn) == [("out/log.txt", CREATED, None)]
+            for e in events
+        )
+
+    watcher.wait_for(carried)
+    watcher.cancel()
     runtime.close()
