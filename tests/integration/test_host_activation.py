@@ -73,7 +73,7 @@ def no_command(runtime: ScriptedRuntime, wait: float = 0.5) -> bool:
 
 def sent_kinds(runtime: ScriptedRuntime, wait: float = 0.5) -> list[str | None]:
     """The kinds of every command Host sends within ``wait`` seconds."""
-    kinds = []
+    kinds: list[str | None] = []
     while True:
         try:
             kinds.append(runtime.next_command(timeout=wait).WhichOneof("command"))

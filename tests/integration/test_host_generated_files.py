@@ -269,5 +269,6 @@ def test_snapshots_reported_over_the_runtime_link_are_searchable_once_settled(
     )
     (found,) = search(host, "proj-a")
     assert found[:5] == ("out/report.md", CREATED, None, "a1", turn_id)
+    assert isinstance(found[5], int)
     assert found[5] > 0
     runtime.close()

@@ -327,6 +327,7 @@ def test_file_changes_replace_until_settled_and_are_frozen_after(
         stored = connection.execute(
             select(Turn.file_changes_json).where(Turn.turn_id == turn_id)
         ).scalar_one()
+    assert stored is not None
     assert json.loads(stored) == [{"path": "src/a.py", "change": "deleted"}]
     runtime.close()
 
