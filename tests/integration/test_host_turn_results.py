@@ -339,14 +339,33 @@ def test_a_turn_settled_without_a_snapshot_has_an_empty_list(
     host = start_host(live_server, migrated_db_url)
     runtime, turn_id = started(host)
     # Tool calls that write files are never turned into a snapshot (Host parses no payloads).
-    runtime.report(
+    verdict = runtime.report(
         WS,
         "s1",
         "r1",
         turn_patch(turn_id, RUNNING),
+        runtime_pb2.ReportItem(
+            message_snapshot=runtime_pb2.MessageSnapshot(
+                message_id="edit",
+                turn_id=turn_id,
+                role=canonical_pb2.MESSAGE_ROLE_ASSISTANT,
+                kind=canonical_pb2.MESSAGE_KIND_TOOL_CALL,
+                user_visible_assistant_response=False,
+                tool_call=runtime_pb2.ToolCallSnapshot(
+                    call_id="edit",
+                    tool_name="Edit",
+                    tool_kind="edit",
+                    phase=runtime_pb2.TOOL_CALL_PHASE_COMPLETED,
+                    input_json='{"file_path": "src/a.py"}',
+                    file_changes_json='[{"path": "src/a.py", "kind": "modified"}]',
+                ),
+            )
+        ),
         assistant_text("m1", turn_id, "I edited src/a.py"),
         turn_patch(turn_id, SETTLED, outcome=COMPLETED),
     )
+    assert verdict.outcome == APPLIED
+    assert host.counts() == (1, 3)  # the tool call is stored
     assert list(latest_turn(host).file_changes) == []
     with sync_engine.connect() as connection:
         stored = connection.execute(
