@@ -335,6 +335,9 @@ class Turn(Base):
     deferred_settlement_json: Mapped[str | None] = mapped_column(Text)
     """A root Turn's reported settlement (outcome, failure message, frozen result candidate)
     waiting for its active child Turns (HOST-TURN-6); cleared when the Turn settles."""
+    file_changes_json: Mapped[str | None] = mapped_column(Text)
+    """The runtime-reported file-change snapshot (HOST-TURN-8), a JSON list of
+    ``{path, change, previous_path?}``; frozen at settlement, ``NULL`` when none was reported."""
 
     __table_args__ = (
         ForeignKeyConstraint(
@@ -929,5 +932,17 @@ Index(
 # Turn listing per Session; Messages of a Turn.
 Index("ix_turns_session_created", Turn.workspace_id, Turn.session_id, Turn.created_at_unix_ms)
 Index("ix_messages_turn", Message.workspace_id, Message.session_id, Message.turn_id)
+# HOST-SES-8: a section's most recently settled Turns that carry a file-change snapshot, read
+# per live Session of the section in settlement order (0008).
+_SETTLED_WITH_SNAPSHOT = text("phase = 'settled' AND file_changes_json IS NOT NULL")
+Index(
+    "ix_turns_settled_file_changes",
+    Turn.workspace_id,
+    Turn.session_id,
+    Turn.settled_at_unix_ms.desc(),
+    Turn.turn_id,
+    sqlite_where=_SETTLED_WITH_SNAPSHOT,
+    postgresql_where=_SETTLED_WITH_SNAPSHOT,
+)
 # HOST-INT-4: pending Interactions of a workspace.
 Index("ix_interactions_status", Interaction.workspace_id, Interaction.status)

@@ -14,14 +14,16 @@ For each started Turn it:
    ``query_interaction_disposition`` and re-sent answers once the request is gone (HOST-INT-6);
 4. runs a pretend tool (``demo.echo``) whose output streams in chunks as tool-output deltas
    anchored on the tool-call message;
-5. streams its reply as text deltas and settles the Turn with the full reply.
+5. streams its reply as text deltas and settles the Turn with the full reply and its
+   file-change snapshot (HOST-TURN-8): the pretend tool's ``demo-echo.txt``, when it ran.
 
 ``stop_turn`` and ``interrupt_turn`` cancel the Turn; ``release_session`` (Host deleted the
 Session) drops everything held in memory for the Session but leaves its resources on disk: a
 deleted Session can be restored, and the maintenance service releases them after the purge
-(MAINT-OUT-1). Every command is acknowledged ``ACCEPTED``, except an answer the request cannot
-take: one for an unknown request, or one that differs from the answer already applied, is
-``REJECTED`` (HOST-RT-5).
+(MAINT-OUT-1). ``resume_session`` (HOST-SES-9) needs nothing: the demo keeps no provider
+process to re-attach. Every command is acknowledged ``ACCEPTED``, except an answer the request
+cannot take: one for an unknown request, or one that differs from the answer already applied,
+is ``REJECTED`` (HOST-RT-5).
 
 Deltas come from :class:`delta_normalizer.DeltaNormalizer` fed with cumulative snapshots, the
 way a real provider adapter would use it; the transport never diffs anything.
@@ -373,7 +375,7 @@ class DemoAgent:
             ws,
             sid,
             _text(reply_id, turn_id, reply),
-            _turn(turn_id, canonical_pb2.TURN_PHASE_SETTLED),
+            _turn(turn_id, canonical_pb2.TURN_PHASE_SETTLED, touched=allowed),
         )
 
     async def _ask_permission(self, ws: str, sid: str, turn_id: str) -> bool:
@@ -452,7 +454,11 @@ def _chunks(text: str) -> list[str]:
 
 
 def _turn(
-    turn_id: str, phase: canonical_pb2.TurnPhase.ValueType, *, failed: bool = False
+    turn_id: str,
+    phase: canonical_pb2.TurnPhase.ValueType,
+    *,
+    failed: bool = False,
+    touched: bool = False,
 ) -> runtime_pb2.ReportItem:
     patch = runtime_pb2.TurnPatch(turn_id=turn_id, phase=phase)
     if phase == canonical_pb2.TURN_PHASE_SETTLED:
@@ -460,6 +466,12 @@ def _turn(
             canonical_pb2.TURN_OUTCOME_FAILED if failed else canonical_pb2.TURN_OUTCOME_COMPLETED
         )
         patch.result_anchor_message_id = f"{turn_id}:reply"
+        # The Turn's file-change snapshot (HOST-TURN-8): what the pretend tool wrote.
+        patch.file_changes.SetInParent()
+        if touched:
+            patch.file_changes.changes.add(
+                path="demo-echo.txt", change=canonical_pb2.FILE_CHANGE_KIND_MODIFIED
+            )
     return runtime_pb2.ReportItem(turn_patch=patch)
 
 

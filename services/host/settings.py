@@ -19,9 +19,10 @@ class Settings(ServerSettings):
     Interactions become ``superseded`` (``TUTTI_RUNTIME_LOSS_GRACE_SECONDS``, HOST-RT-1)."""
 
     runtime_command_timeout_seconds: float = 10.0
-    """How long Host waits for a runtime to acknowledge a command it awaits, for example
-    live settings; after it the command is withdrawn from the outbox (never sent again) and
-    reported failed (``TUTTI_RUNTIME_COMMAND_TIMEOUT_SECONDS``, ADR 0013 §11)."""
+    """How long Host waits for a runtime to acknowledge a command it awaits (live settings,
+    an activation's ``resume_session``); after it the command is withdrawn from the outbox
+    (never sent again) and reported failed (``TUTTI_RUNTIME_COMMAND_TIMEOUT_SECONDS``, ADR 0013
+    §11, ADR 0029)."""
 
     interaction_disposition_query_seconds: float = 30.0
     """How long a delivered Interaction response may go without the runtime's disposition

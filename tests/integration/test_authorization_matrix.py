@@ -218,6 +218,18 @@ HOST_RPCS = [
     ),
     _host("GetSession", ALL, Ws.FIELD, _req(host_pb2.GetSessionRequest, session_id="s-1")),
     _host(
+        "ActivateSession",
+        ALL,
+        Ws.FIELD,
+        _req(host_pb2.ActivateSessionRequest, session_id="s-1", activation_id="act-1"),
+    ),
+    _host(
+        "SearchGeneratedFiles",
+        ALL,
+        Ws.FIELD,
+        _req(host_pb2.SearchGeneratedFilesRequest, section_key="conversations", limit=10),
+    ),
+    _host(
         "ListSessionSections",
         ALL,
         Ws.FIELD,
@@ -290,6 +302,12 @@ HOST_RPCS = [
         ALL,
         Ws.FIELD,
         _req(host_pb2.ListSessionTurnsRequest, session_id="s-1", limit=10),
+    ),
+    _host(
+        "GetTurnResult",
+        ALL,
+        Ws.FIELD,
+        _req(host_pb2.GetTurnResultRequest, session_id="s-1", turn_id="t-1"),
     ),
     _host(
         "ListSessionMessages",
@@ -883,8 +901,8 @@ def test_the_hand_written_matrix_is_the_declared_table() -> None:
         assert policy.deployment_wide is rpc.wide_only, rpc.path
         if rpc.workspace in (Ws.FIELD, Ws.OPTIONAL, Ws.FIRST):
             assert policy.field == rpc.field, rpc.path
-    assert len(RPCS) == 57
-    assert CASES_PER_BACKEND == 1033
+    assert len(RPCS) == 60
+    assert CASES_PER_BACKEND == 1090
 
 
 def _by_server(server: str) -> Iterator[Case]:

@@ -42,7 +42,7 @@ from google.protobuf.message_factory import GetMessageClass
 from hypothesis import given, seed
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
-from sqlalchemy import Engine, literal_column, select, text
+from sqlalchemy import Engine, insert, literal_column, select, text
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2, host_pb2_grpc, runtime_pb2
@@ -50,7 +50,7 @@ from agentactivity.livestream.v1 import livestream_pb2
 from agentactivity.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
 from services.host.app import RECEIVE_LIMIT_BYTES as HOST_RECEIVE_LIMIT
 from store.engine import create_sync_engine_for
-from store.models import Base
+from store.models import Base, Turn
 from tests.support.host_sessions import demo_target
 from tests.support.hostile_requests import (
     HOSTILE_STRINGS,
@@ -294,6 +294,25 @@ def hostile(
         timeout=15,
     )
     add_tree(engine, {"s-1": None, "s-del": None}, workspace_id="ws-1")
+    with engine.begin() as connection:
+        # A settled Turn with a file-change snapshot, so GetTurnResult and
+        # SearchGeneratedFiles reach their reads (HOST-TURN-7, HOST-SES-8).
+        connection.execute(
+            insert(Turn).values(
+                workspace_id="ws-1",
+                session_id="s-1",
+                turn_id="t-1",
+                phase="settled",
+                outcome="completed",
+                origin="user",
+                version=2,
+                created_at_unix_ms=1,
+                updated_at_unix_ms=2,
+                settled_at_unix_ms=2,
+                result_resolved_empty=True,
+                file_changes_json='[{"path":"src/app.py","change":"created"}]',
+            )
+        )
     stub.DeleteSessions(
         host_pb2.DeleteSessionsRequest(workspace_id="ws-1", session_ids=["s-del"]),
         metadata=auth_metadata("admin"),

@@ -102,9 +102,9 @@ _RANGES: dict[int, tuple[int, int]] = {
     FieldDescriptor.TYPE_FIXED64: (0, 2**64 - 1),
 }
 
-KNOWN_IDS: tuple[str, ...] = ("s-1", "s-del", "demo", "ws-1", "explorer")
+KNOWN_IDS: tuple[str, ...] = ("s-1", "s-del", "demo", "ws-1", "explorer", "t-1", "conversations")
 """Ids the hostile-input suite stores before it starts (a target, a live and a deleted
-Session in ``ws-1``)."""
+Session in ``ws-1``, a settled Turn of the live one, their rail section)."""
 
 _WORKSPACE_FIELDS = frozenset({"workspace_id", "workspace_ids"})
 

@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.host.model.file_changes import FileChange
+
 __all__ = [
     "AgentTargetRecord",
     "Capabilities",
@@ -198,6 +200,8 @@ class TurnRecord:
     root_turn_id: str | None = None
     failure_message: str | None = None
     retracted_at_unix_ms: int | None = None
+    file_changes: tuple[FileChange, ...] = ()
+    """The runtime-reported file-change snapshot (HOST-TURN-8); empty when none was reported."""
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,39 @@ class MessageRepository:
         if apply_fields(message, values):
             self._changes.message(message)
 
+    async def latest_assistant_text_within(
+        self, workspace_id: str, session_id: str, turn_id: str, window: int
+    ) -> MessageRow | None:
+        """The latest assistant text among the Turn's newest ``window`` messages (HOST-TURN-7).
+
+        The legacy fallback of a Turn settled without resolution metadata: the scan is bounded
+        by ``window`` whatever the Turn holds.
+        """
+        newest = (
+            select(Message.sequence, Message.role, Message.kind)
+            .where(
+                Message.workspace_id == workspace_id,
+                Message.session_id == session_id,
+                Message.turn_id == turn_id,
+            )
+            .order_by(Message.sequence.desc())
+            .limit(window)
+            .subquery()
+        )
+        sequence = (
+            select(newest.c.sequence)
+            .where(newest.c.role == "assistant", newest.c.kind == "text")
+            .order_by(newest.c.sequence.desc())
+            .limit(1)
+            .scalar_subquery()
+        )
+        query = select(Message).where(
+            Message.workspace_id == workspace_id,
+            Message.session_id == session_id,
+            Message.sequence == sequence,
+        )
+        return (await self._db.execute(query)).scalar_one_or_none()
+
     async def latest_assistant_text(
         self, workspace_id: str, session_id: str, turn_id: str
     ) -> MessageRow | None:

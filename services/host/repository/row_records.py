@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from services.host.model.file_changes import decode_file_changes
 from services.host.model.records import (
     Capabilities,
     InteractionOptionRecord,
@@ -93,6 +94,7 @@ def turn_record(row: TurnRow) -> TurnRecord:
         root_turn_id=row.root_turn_id,
         failure_message=row.failure_message,
         retracted_at_unix_ms=row.retracted_at_unix_ms,
+        file_changes=decode_file_changes(row.file_changes_json),
     )
 
 

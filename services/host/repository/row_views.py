@@ -15,6 +15,7 @@ from typing import Protocol
 
 __all__ = [
     "CommandRow",
+    "HostOperationRow",
     "InteractionRow",
     "MessageRow",
     "OperationRow",
@@ -180,6 +181,9 @@ class TurnRow(Protocol):
 
     @property
     def deferred_settlement_json(self) -> str | None: ...
+
+    @property
+    def file_changes_json(self) -> str | None: ...
 
 
 class MessageRow(Protocol):
@@ -434,3 +438,31 @@ class TargetRow(Protocol):
 
     @property
     def updated_at_unix_ms(self) -> int: ...
+
+
+class HostOperationRow(Protocol):
+    """A durable idempotent Host operation (``host_operations``)."""
+
+    @property
+    def workspace_id(self) -> str: ...
+
+    @property
+    def operation_id(self) -> str: ...
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def client_op_id(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def result_json(self) -> str | None: ...
+
+    @property
+    def created_at_unix_ms(self) -> int: ...

@@ -2,19 +2,35 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, literal_column, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from services.host.model.records import TurnRecord
 from services.host.repository.changes import ActivityChanges, apply_fields
 from services.host.repository.row_records import turn_record
 from services.host.repository.row_views import TurnRow
-from store.models import Turn
+from store.models import Session, Turn
 
 ACTIVE_PHASES = ("queued", "running", "awaiting_interaction")
 """Turn phases before ``settled``: the one definition of an active Turn (HOST-TURN-5)."""
+
+
+@dataclass(frozen=True)
+class SettledSnapshot:
+    """A settled Turn's frozen file-change snapshot (HOST-TURN-8), as the search reads it."""
+
+    session_id: str
+    turn_id: str
+    settled_at_unix_ms: int
+    file_changes_json: str
+
+
+# The predicate of ``ix_turns_settled_file_changes``, as literal SQL so both planners match the
+# partial index (a bound parameter for ``'settled'`` would hide the implication from SQLite).
+_SETTLED = literal_column("turns.phase") == literal_column("'settled'")
 
 
 class TurnRepository:
@@ -103,3 +119,35 @@ class TurnRepository:
         if workspaces is not None:
             query = query.where(Turn.workspace_id.in_(sorted(workspaces)))
         return {row[0]: int(row[1]) for row in (await self._db.execute(query)).all()}
+
+    async def settled_snapshots_of_section(
+        self, workspace_id: str, section_key: str, window: int
+    ) -> list[SettledSnapshot]:
+        """The ``window`` most recently settled Turns with a snapshot of a section's live Sessions.
+
+        Newest first (``settled_at DESC, turn_id DESC``). The live Sessions whose
+        ``rail_section_key`` equals ``section_key`` come from ``ix_sessions_live_section``, each
+        one's snapshot Turns from ``ix_turns_settled_file_changes``; messages are never read.
+        """
+        query = (
+            select(Turn.session_id, Turn.turn_id, Turn.settled_at_unix_ms, Turn.file_changes_json)
+            .join(
+                Session,
+                (Session.workspace_id == Turn.workspace_id)
+                & (Session.session_id == Turn.session_id),
+            )
+            .where(
+                Session.workspace_id == workspace_id,
+                Session.rail_section_key == section_key,
+                Session.deleted_at_unix_ms.is_(None),
+                Turn.workspace_id == workspace_id,
+                _SETTLED,
+                Turn.file_changes_json.is_not(None),
+            )
+            .order_by(Turn.settled_at_unix_ms.desc(), Turn.turn_id.desc())
+            .limit(window)
+        )
+        return [
+            SettledSnapshot(row[0], row[1], int(row[2] or 0), row[3] or "")
+            for row in (await self._db.execute(query)).all()
+        ]

@@ -20,6 +20,7 @@ from services.host.repository.activity_events import EventLogRepository
 from services.host.repository.changes import ActivityChanges
 from services.host.repository.command_rows import RuntimeCommandRepository
 from services.host.repository.deletion import DeletionRepository
+from services.host.repository.host_operation_rows import HostOperationRepository
 from services.host.repository.interaction_rows import InteractionRepository
 from services.host.repository.message_rows import MessageRepository
 from services.host.repository.operation_rows import ResponseOperationRepository
@@ -50,6 +51,7 @@ class HostTransaction:
         messages: transcript rows.
         interactions: Interaction rows.
         operations: response operations of Interactions.
+        host_operations: other durable idempotent operations (Session activations).
         commands: the runtime command outbox rows.
         deletion: tree reads, tombstones, restore and the cleanup outbox.
         purge: the retention purge's set-based reads and fenced deletes.
@@ -69,6 +71,7 @@ class HostTransaction:
         self.messages = MessageRepository(session, self.changes)
         self.interactions = InteractionRepository(session, self.changes)
         self.operations = ResponseOperationRepository(session)
+        self.host_operations = HostOperationRepository(session)
         self.commands = RuntimeCommandRepository(session)
         self.deletion = DeletionRepository(session, self.changes)
         self.purge = PurgeRepository(session)

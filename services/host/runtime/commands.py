@@ -24,6 +24,7 @@ __all__ = [
     "InterruptTurn",
     "QueryInteractionDisposition",
     "ReleaseSession",
+    "ResumeSession",
     "RuntimeCommandValue",
     "RuntimeSessionContext",
     "StartTurn",
@@ -131,6 +132,13 @@ class ReleaseSession:
     reason: str
 
 
+@dataclass(frozen=True)
+class ResumeSession:
+    """Resume (re-attach) the provider session without a Turn (``resume_session``, HOST-SES-9)."""
+
+    session: RuntimeSessionContext
+
+
 RuntimeCommandValue = (
     StartTurn
     | Guidance
@@ -140,6 +148,7 @@ RuntimeCommandValue = (
     | QueryInteractionDisposition
     | ApplySettings
     | ReleaseSession
+    | ResumeSession
 )
 """Every command the outbox stores."""
 

@@ -40,6 +40,7 @@ from domainerrors import (
     ResourceExhausted,
 )
 from services.host.context import HostContext
+from services.host.model.file_changes import encode_file_changes, file_changes_violation
 from services.host.model.records import json_object
 from services.host.repository.row_views import SessionRow
 from services.host.repository.unit_of_work import HostTransaction
@@ -594,6 +595,11 @@ async def _apply_turn_patch(
         raise refuse(index, "rejected", "INVALID_TURN_PATCH", "phase is required")
     if item.terminal and item.outcome is None:
         raise refuse(index, "rejected", "INVALID_TURN_PATCH", "a settlement needs an outcome")
+    snapshot: str | None = None
+    if item.file_changes is not None:
+        if (problem := file_changes_violation(item.file_changes)) is not None:
+            raise refuse(index, "rejected", "INVALID_TURN_PATCH", problem)
+        snapshot = encode_file_changes(item.file_changes)
     turn = await repos.turns.get(session.workspace_id, session.session_id, item.turn_id)
     if turn is None:
         if item.origin is None:
@@ -612,6 +618,7 @@ async def _apply_turn_patch(
             created_at_unix_ms=now,
             updated_at_unix_ms=now,
             started_at_unix_ms=None if item.phase == "queued" else now,
+            file_changes_json=snapshot,
         )
         await repos.turns.flush()
         if not item.terminal and session.active_turn_id is None:
@@ -622,6 +629,16 @@ async def _apply_turn_patch(
             )
         if not item.terminal:
             return ItemResult(index, "applied")
+        snapshot = None  # stored with the new row
+    # HOST-TURN-8: the snapshot replaces the stored one until the Turn settles, then it is
+    # frozen like the result; a settling patch's own snapshot is stored before it settles.
+    replaced = snapshot is not None and turn.phase != "settled"
+    if replaced and snapshot != turn.file_changes_json:
+        repos.turns.update(
+            turn, file_changes_json=snapshot, version=turn.version + 1, updated_at_unix_ms=now
+        )
+    else:
+        replaced = False
     if item.terminal:
         assert item.outcome is not None
         # A root Turn with active children records the patch and settles after them.
@@ -630,7 +647,8 @@ async def _apply_turn_patch(
         )
     else:
         change = lifecycle.advance_phase(repos, turn, item.phase, now)
-    return ItemResult(index, "applied" if change.changed else "already_applied", change.stale)
+    changed = change.changed or replaced
+    return ItemResult(index, "applied" if changed else "already_applied", change.stale)
 
 
 async def _apply_message(

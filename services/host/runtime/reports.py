@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from services.host.model.file_changes import FileChange
 from services.host.turns.interactions import DispositionInput, TransitionInput
 from services.host.turns.tool_payload import ToolCallSnapshot
 
@@ -39,6 +40,8 @@ class TurnPatchItem:
     failure_message: str | None = None
     result_anchor_message_id: str | None = None
     occurred_at_unix_ms: int = 0
+    file_changes: tuple[FileChange, ...] | None = None
+    """The reported file-change snapshot (HOST-TURN-8); ``None`` leaves the stored one."""
 
     @property
     def terminal(self) -> bool:

@@ -32,6 +32,10 @@ DELIVER = "deliver_interaction_response"
 QUERY = "query_interaction_disposition"
 """Kind of the command that asks for a delivered answer's disposition (HOST-INT-6)."""
 
+AWAITED_COMMAND_KINDS = ("apply_settings", "resume_session")
+"""Commands a caller waits for (live settings, HOST-SES-6; activation, HOST-SES-9): a rejected
+one stays ``failed`` until its waiter settles it (:func:`withdraw_awaited`)."""
+
 
 def enqueue(
     repos: HostTransaction,
@@ -321,11 +325,11 @@ async def record_ack(repos: HostTransaction, ctx: HostContext, ack: CommandAck) 
     Retention: a completed or failed row is deleted at once, unless it delivers a response
     operation that has not completed — a runtime ``pending`` disposition may still put that
     row back to ``pending`` (HOST-INT-3). Such rows are deleted in bounded batches by later
-    acknowledgements once their operation completes. A rejected ``apply_settings`` stays
-    ``failed`` until its waiter settles it (:func:`withdraw_awaited`). A repeated
-    acknowledgement of a deleted row finds nothing and is ignored, exactly like one of a
-    completed row. The row is read under its lock, so an acknowledgement and a withdrawal of
-    the same command serialize.
+    acknowledgements once their operation completes. A rejected awaited command
+    (:data:`AWAITED_COMMAND_KINDS`) stays ``failed`` until its waiter settles it
+    (:func:`withdraw_awaited`). A repeated acknowledgement of a deleted row finds nothing and
+    is ignored, exactly like one of a completed row. The row is read under its lock, so an
+    acknowledgement and a withdrawal of the same command serialize.
     """
     row = await repos.commands.by_command_id(ack.command_id, lock=True)
     if row is None:
@@ -353,9 +357,9 @@ async def record_ack(repos: HostTransaction, ctx: HostContext, ack: CommandAck) 
                 operation, state="pending", last_error=row.last_error, updated_at_unix_ms=now
             )
     if row.state in ACKNOWLEDGED:
-        # A rejected apply_settings stays until its waiter settled it (withdraw_awaited): the
+        # A rejected awaited command stays until its waiter settled it (withdraw_awaited): the
         # row left behind is how the waiter tells a rejection from an acceptance it missed.
-        kept = row.command_kind == "apply_settings" and row.state == "failed"
+        kept = row.command_kind in AWAITED_COMMAND_KINDS and row.state == "failed"
         if not kept and (operation is None or operation.state == "completed"):
             await repos.commands.delete(row)
         await repos.commands.prune_settled_operations()
@@ -384,7 +388,7 @@ async def withdraw_awaited(repos: HostTransaction, command_id: str) -> Withdrawa
 
     Runs against a racing acknowledgement: both lock the row (Postgres) or hold the write lock
     (SQLite), so exactly one commits first. An acceptance deletes the row, a rejection of an
-    ``apply_settings`` keeps it ``failed`` (:func:`record_ack`), so the row left behind says
+    awaited command keeps it ``failed`` (:func:`record_ack`), so the row left behind says
     which verdict won; an unacknowledged row is deleted here, and a later acknowledgement finds
     nothing and is ignored. Only for commands without a response operation.
     """

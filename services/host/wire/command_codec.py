@@ -23,6 +23,7 @@ from services.host.runtime.commands import (
     InterruptTurn,
     QueryInteractionDisposition,
     ReleaseSession,
+    ResumeSession,
     RuntimeCommandValue,
     RuntimeSessionContext,
     StartTurn,
@@ -108,6 +109,10 @@ def _to_proto(command: RuntimeCommandValue) -> tuple[str, Message]:
     if isinstance(command, ApplySettings):
         return "apply_settings", runtime_pb2.ApplySettingsCommand(
             settings=settings_to_proto(command.settings)
+        )
+    if isinstance(command, ResumeSession):
+        return "resume_session", runtime_pb2.ResumeSessionCommand(
+            session=_session_context(command.session)
         )
     if isinstance(command, ReleaseSession):
         return "release_session", runtime_pb2.ReleaseSessionCommand(reason=command.reason)

@@ -13,6 +13,7 @@ import json
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2
 from services.host.model.cursor_bounds import checked_cursor
+from services.host.model.file_changes import FileChange
 from services.host.model.records import (
     Capabilities,
     InteractionRecord,
@@ -39,6 +40,12 @@ TURN_ORIGINS = {
     "goal": canonical_pb2.TURN_ORIGIN_GOAL,
     "plan_implementation": canonical_pb2.TURN_ORIGIN_PLAN_IMPLEMENTATION,
     "subagent": canonical_pb2.TURN_ORIGIN_SUBAGENT,
+}
+FILE_CHANGE_KINDS = {
+    "created": canonical_pb2.FILE_CHANGE_KIND_CREATED,
+    "modified": canonical_pb2.FILE_CHANGE_KIND_MODIFIED,
+    "deleted": canonical_pb2.FILE_CHANGE_KIND_DELETED,
+    "renamed": canonical_pb2.FILE_CHANGE_KIND_RENAMED,
 }
 INTERACTION_KINDS = {
     "permission": canonical_pb2.INTERACTION_KIND_PERMISSION,
@@ -162,6 +169,18 @@ def turn_to_proto(record: TurnRecord) -> canonical_pb2.Turn:
         message.root_turn_id = record.root_turn_id
     if record.failure_message is not None:
         message.failure_message = record.failure_message
+    message.file_changes.extend(file_change_to_proto(entry) for entry in record.file_changes)
+    return message
+
+
+def file_change_to_proto(entry: FileChange) -> canonical_pb2.FileChange:
+    """One file-change entry (HOST-TURN-8)."""
+    unspecified = canonical_pb2.FILE_CHANGE_KIND_UNSPECIFIED
+    message = canonical_pb2.FileChange(
+        path=entry.path, change=FILE_CHANGE_KINDS.get(entry.change or "", unspecified)
+    )
+    if entry.previous_path is not None:
+        message.previous_path = entry.previous_path
     return message
 
 

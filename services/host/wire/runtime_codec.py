@@ -16,8 +16,10 @@ from typing import Any, TypeVar
 
 from google.protobuf import json_format
 
+from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import runtime_pb2
 from grpcserver.request_checks import request_violations
+from services.host.model.file_changes import FileChange
 from services.host.runtime.registry import CommandAck, OutboundCommand, RuntimeIdentity
 from services.host.runtime.reports import (
     InvalidField,
@@ -34,6 +36,7 @@ from services.host.turns.interactions import DispositionInput, TransitionInput
 from services.host.turns.tool_payload import ToolCallPhase, ToolCallSnapshot
 from services.host.wire.messages import MESSAGE_KINDS, MESSAGE_ROLES
 from services.host.wire.projection import (
+    FILE_CHANGE_KINDS,
     INTERACTION_KINDS,
     INTERACTION_STATUSES,
     TURN_ORIGINS,
@@ -55,6 +58,7 @@ _KINDS = _reverse(INTERACTION_KINDS)
 _STATUSES = _reverse(INTERACTION_STATUSES)
 _ROLES = _reverse(MESSAGE_ROLES)
 _MESSAGE_KINDS = _reverse(MESSAGE_KINDS)
+_FILE_CHANGE_KINDS = _reverse(FILE_CHANGE_KINDS)
 _ACKS = {
     runtime_pb2.COMMAND_ACK_STATUS_ACCEPTED: "accepted",
     runtime_pb2.COMMAND_ACK_STATUS_REJECTED: "rejected",
@@ -122,6 +126,9 @@ def _item(item: runtime_pb2.ReportItem) -> ReportItem | None:
             failure_message=_opt(turn, "failure_message"),
             result_anchor_message_id=_opt(turn, "result_anchor_message_id"),
             occurred_at_unix_ms=turn.occurred_at_unix_ms,
+            file_changes=(
+                _file_changes(turn.file_changes) if turn.HasField("file_changes") else None
+            ),
         )
     if kind == "interaction_transition":
         tr = item.interaction_transition
@@ -167,6 +174,18 @@ def _item(item: runtime_pb2.ReportItem) -> ReportItem | None:
     if kind == "session_lost":
         return SessionLostItem(item.session_lost.reason)
     return None
+
+
+def _file_changes(snapshot: canonical_pb2.FileChangeSet) -> tuple[FileChange, ...]:
+    """A reported snapshot; an unspecified kind decodes as ``None`` (the domain rejects it)."""
+    return tuple(
+        FileChange(
+            path=entry.path,
+            change=_FILE_CHANGE_KINDS.get(entry.change),
+            previous_path=_opt(entry, "previous_path"),
+        )
+        for entry in snapshot.changes
+    )
 
 
 _TOOL_PHASES = {

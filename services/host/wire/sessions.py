@@ -1,4 +1,4 @@
-"""RPCs about Sessions: create, read, rail listings, rename, pin, settings (HOST-SES-1..6)."""
+"""Session RPCs: create, read, activate, listings, generated files, edits (HOST-SES-1..9)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,15 @@ from agentactivity.host.v1 import host_pb2
 from grpcserver.request_checks import mapped_enum
 from services.host.context import HostContext
 from services.host.sessions import commands, listing
+from services.host.sessions.activation import activate_session
+from services.host.sessions.generated_files import (
+    GeneratedFile,
+    GeneratedFileSearch,
+    search_generated_files,
+)
 from services.host.wire.command_codec import COMPOSER_MODES
 from services.host.wire.projection import (
+    FILE_CHANGE_KINDS,
     pending_interaction_to_proto,
     session_import_to_proto,
     session_isolation_to_proto,
@@ -55,6 +62,37 @@ def page_to_proto(page: listing.SessionPage) -> host_pb2.SessionPage:
     return host_pb2.SessionPage(
         items=items, next_cursor=page.next_cursor, total_count=page.total_count
     )
+
+
+def detail_to_proto(detail: commands.SessionDetail) -> host_pb2.GetSessionResponse:
+    """The complete detail aggregate of one Session (HOST-SES-3), as ``GetSession`` answers."""
+    response = host_pb2.GetSessionResponse(
+        session=session_to_proto(detail.session),
+        pending_interactions=[pending_interaction_to_proto(i) for i in detail.pending_interactions],
+        children=[session_to_proto(child) for child in detail.children],
+    )
+    if detail.active_turn is not None:
+        response.active_turn.CopyFrom(turn_to_proto(detail.active_turn))
+    if detail.latest_turn is not None:
+        response.latest_turn.CopyFrom(turn_to_proto(detail.latest_turn))
+    if detail.session.isolation is not None:
+        response.isolation.CopyFrom(session_isolation_to_proto(detail.session.isolation))
+    if detail.session.import_info is not None:
+        response.import_info.CopyFrom(session_import_to_proto(detail.session.import_info))
+    return response
+
+
+def _generated_file(entry: GeneratedFile) -> host_pb2.GeneratedFile:
+    message = host_pb2.GeneratedFile(
+        path=entry.path,
+        change=FILE_CHANGE_KINDS[entry.change],
+        session_id=entry.session_id,
+        turn_id=entry.turn_id,
+        settled_at_unix_ms=entry.settled_at_unix_ms,
+    )
+    if entry.previous_path is not None:
+        message.previous_path = entry.previous_path
+    return message
 
 
 class SessionRpcs:
@@ -106,22 +144,33 @@ class SessionRpcs:
     ) -> host_pb2.GetSessionResponse:
         """Canonical truth for one live Session (HOST-SES-3)."""
         detail = await commands.get_session(self.ctx, request.workspace_id, request.session_id)
-        response = host_pb2.GetSessionResponse(
-            session=session_to_proto(detail.session),
-            pending_interactions=[
-                pending_interaction_to_proto(i) for i in detail.pending_interactions
-            ],
-            children=[session_to_proto(child) for child in detail.children],
+        return detail_to_proto(detail)
+
+    async def ActivateSession(
+        self, request: host_pb2.ActivateSessionRequest, context: Any
+    ) -> host_pb2.ActivateSessionResponse:
+        """Resume an existing Session without a Turn; its detail aggregate (HOST-SES-9)."""
+        activation = await activate_session(
+            self.ctx, request.workspace_id, request.session_id, request.activation_id
         )
-        if detail.active_turn is not None:
-            response.active_turn.CopyFrom(turn_to_proto(detail.active_turn))
-        if detail.latest_turn is not None:
-            response.latest_turn.CopyFrom(turn_to_proto(detail.latest_turn))
-        if detail.session.isolation is not None:
-            response.isolation.CopyFrom(session_isolation_to_proto(detail.session.isolation))
-        if detail.session.import_info is not None:
-            response.import_info.CopyFrom(session_import_to_proto(detail.session.import_info))
-        return response
+        return host_pb2.ActivateSessionResponse(
+            detail=detail_to_proto(activation.detail), replayed=activation.replayed
+        )
+
+    async def SearchGeneratedFiles(
+        self, request: host_pb2.SearchGeneratedFilesRequest, context: Any
+    ) -> host_pb2.SearchGeneratedFilesResponse:
+        """One rail section's generated files, one entry per path, newest first (HOST-SES-8)."""
+        files = await search_generated_files(
+            self.ctx,
+            GeneratedFileSearch(
+                workspace_id=request.workspace_id,
+                section_key=request.section_key,
+                query=request.query if request.HasField("query") else None,
+                limit=request.limit if request.HasField("limit") else None,
+            ),
+        )
+        return host_pb2.SearchGeneratedFilesResponse(files=[_generated_file(f) for f in files])
 
     async def ListSessionSections(
         self, request: host_pb2.ListSessionSectionsRequest, context: Any

@@ -1,4 +1,4 @@
-"""Turn RPCs: ``SendInput``, ``StopTurn``, ``ListSessionTurns`` (HOST-TURN-1..6)."""
+"""Turn RPCs: ``SendInput``, ``StopTurn``, ``ListSessionTurns``, ``GetTurnResult`` (HOST-TURN-*)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2
 from grpcserver.request_checks import mapped_enum
 from services.host.context import HostContext
+from services.host.turns.results import get_turn_result
 from services.host.turns.stop_and_list import list_turns, stop_turn
 from services.host.turns.submission import Submission, send_input
 from services.host.wire.command_codec import COMPOSER_MODES
@@ -94,3 +95,19 @@ class TurnRpcs:
             ],
             next_cursor=page.next_cursor,
         )
+
+    async def GetTurnResult(
+        self, request: host_pb2.GetTurnResultRequest, context: Any
+    ) -> host_pb2.GetTurnResultResponse:
+        """A settled Turn's frozen result; legacy Turns get the bounded fallback (HOST-TURN-7)."""
+        result = await get_turn_result(
+            self.ctx, request.workspace_id, request.session_id, request.turn_id
+        )
+        response = host_pb2.GetTurnResultResponse(
+            turn=turn_to_proto(result.turn),
+            resolved_empty=result.resolved_empty,
+            legacy_fallback=result.legacy_fallback,
+        )
+        if result.message is not None:
+            response.message.CopyFrom(message_to_proto(result.message))
+        return response

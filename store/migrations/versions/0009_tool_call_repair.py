@@ -1,7 +1,7 @@
 """Repair retained oversized tool-call messages to the canonical payload budget (HOST-MSG-6).
 
 Revision ID: 0009_tool_call_repair
-Revises: 0007_listing_counts
+Revises: 0008_turn_file_changes
 Create Date: 2026-12-03
 
 A data migration, no schema change. Every retained ``tool_call`` message (command and
@@ -49,7 +49,7 @@ import sqlalchemy as sa
 from alembic import context, op
 
 revision: str = "0009_tool_call_repair"
-down_revision: str | Sequence[str] | None = "0007_listing_counts"
+down_revision: str | Sequence[str] | None = "0008_turn_file_changes"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
