@@ -69,6 +69,7 @@ from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2, host_pb2_grpc, runtime_pb2, runtime_pb2_grpc
 from bench.stats import Summary, ratio_line, summarize, write_results
 from grpcserver.auth import token_digest
+from services.host.runtime.registry import PROTOCOL_REVISION
 from store.engine import SQLITE_BEGIN_OPTION, create_async_engine_for
 from store.migrate import upgrade
 from store.models import Interaction, Message, Session, Turn
@@ -301,7 +302,7 @@ class BenchRuntime:
                 hello=runtime_pb2.RuntimeHello(
                     runtime_id="bench-runtime",
                     runtime_instance_id=f"bench-{uuid.uuid4()}",
-                    protocol_revision=1,
+                    protocol_revision=PROTOCOL_REVISION,
                     providers=[PROVIDER],
                     capabilities=canonical_pb2.RuntimeCapabilities(
                         guidance=True, interrupt=True, live_settings=True

@@ -17,6 +17,7 @@ import grpc
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2, host_pb2_grpc, runtime_pb2, runtime_pb2_grpc
+from services.host.runtime.registry import PROTOCOL_REVISION
 
 __all__ = ["RunningTurn", "open_running_turn"]
 
@@ -88,7 +89,7 @@ async def open_running_turn(
             hello=runtime_pb2.RuntimeHello(
                 runtime_id="bench-runtime",
                 runtime_instance_id="i1",
-                protocol_revision=1,
+                protocol_revision=PROTOCOL_REVISION,
                 providers=["bench"],
             )
         )

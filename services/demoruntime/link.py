@@ -26,6 +26,10 @@ from session_resources import ResourceLayout
 __all__ = ["DemoRuntime"]
 
 _log = logging.getLogger(__name__)
+
+RUNTIME_LINK_REVISION = 2
+"""The runtime-link revision the demo speaks: classified, Turn-scoped messages, file-change
+snapshots and disposition queries (ADR 0031)."""
 _STOP = object()
 
 
@@ -111,7 +115,7 @@ class DemoRuntime:
                 hello=runtime_pb2.RuntimeHello(
                     runtime_id=settings.demo_runtime_id,
                     runtime_instance_id=self.instance_id,
-                    protocol_revision=1,
+                    protocol_revision=RUNTIME_LINK_REVISION,
                     providers=[settings.demo_provider],
                     agent_target_ids=[settings.demo_target_id],
                     capabilities=canonical_pb2.RuntimeCapabilities(

@@ -45,6 +45,7 @@ from agentactivity.livestream.v1 import livestream_pb2, livestream_pb2_grpc
 from agentactivity.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
 from agentactivity.refresolve.v1 import refresolve_pb2, refresolve_pb2_grpc
 from grpcserver.authorization import MethodPolicy, WorkspaceSource
+from services.host.runtime.registry import PROTOCOL_REVISION
 from store.models import Base, Session
 from tests.contract.live_link import RawLink
 from tests.integration.host_activity import start_host
@@ -438,7 +439,7 @@ def _runtime_frames(ws: str | None) -> list[runtime_pb2.RuntimeLinkRequest]:
     hello = runtime_pb2.RuntimeHello(
         runtime_id=_unique("rt-authz"),
         runtime_instance_id="i-1",
-        protocol_revision=1,
+        protocol_revision=PROTOCOL_REVISION,
         providers=["demo-provider"],
     )
     report = runtime_pb2.RuntimeReport(

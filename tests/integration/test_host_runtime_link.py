@@ -17,7 +17,7 @@ import pytest
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2, runtime_pb2
-from services.host.runtime.registry import RuntimeRegistry
+from services.host.runtime.registry import PROTOCOL_REVISION, RuntimeRegistry
 from tests.integration.host_activity import WS, error_reason, start_host
 from tests.support.host_activity_calls import (
     attention_items,
@@ -117,6 +117,34 @@ def test_hello_is_required_and_welcome_names_the_served_targets(
     assert isinstance(failure, grpc.RpcError)
     assert failure.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert error_reason(failure) == "RUNTIME_HELLO_REQUIRED"
+
+
+@pytest.mark.spec("HOST-RT-1", "HOST-MSG-1", "HOST-MSG-7")
+def test_a_runtime_of_the_previous_link_revision_is_refused_at_hello(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    """A revision-1 runtime sends unclassified, possibly Turn-less messages; refusing it at
+    hello is one typed error instead of every later report rejected (ADR 0031)."""
+    host = start_host(live_server, migrated_db_url)
+    old = host.runtime(hello=False)
+    old.send(
+        runtime_pb2.RuntimeLinkRequest(
+            hello=runtime_pb2.RuntimeHello(
+                runtime_id="rt-old",
+                runtime_instance_id="i-1",
+                protocol_revision=PROTOCOL_REVISION - 1,
+                providers=["demo"],
+            )
+        )
+    )
+    failure = old.next_frame()
+    assert isinstance(failure, grpc.RpcError)
+    assert failure.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert error_reason(failure) == "RUNTIME_PROTOCOL_MISMATCH"
+    # Nothing was attached: the current revision is welcomed and serves the target.
+    current = host.runtime(runtime_id="rt-new")
+    assert current.welcome is not None
+    current.close()
 
 
 @pytest.mark.spec("HOST-RT-1", "SEC-1")

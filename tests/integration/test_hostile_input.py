@@ -49,6 +49,7 @@ from agentactivity.host.v1 import host_pb2, host_pb2_grpc, runtime_pb2
 from agentactivity.livestream.v1 import livestream_pb2
 from agentactivity.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
 from services.host.app import RECEIVE_LIMIT_BYTES as HOST_RECEIVE_LIMIT
+from services.host.runtime.registry import PROTOCOL_REVISION
 from store.engine import create_sync_engine_for
 from store.models import Base, Turn
 from tests.support.host_sessions import demo_target
@@ -446,7 +447,7 @@ def _runtime_hello(runtime_id: str = "rt-hostile") -> bytes:
         hello=runtime_pb2.RuntimeHello(
             runtime_id=runtime_id,
             runtime_instance_id="instance-1",
-            protocol_revision=1,
+            protocol_revision=PROTOCOL_REVISION,
             providers=["demo"],
             capabilities=canonical_pb2.RuntimeCapabilities(
                 guidance=True, interrupt=True, live_settings=True

@@ -21,6 +21,7 @@ from grpc_health.v1 import health_pb2
 from agentactivity.appcenter.v1 import appcenter_pb2
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import runtime_pb2
+from services.host.runtime.registry import PROTOCOL_REVISION
 from tests.integration.host_activity import WS, start_host
 from tests.support.hostile_requests import field_bytes
 from tests.support.rpc_errors import error_details
@@ -259,7 +260,10 @@ def test_runtime_link_tool_call_steps_too_deep(
     # 200 levels cannot be decoded: the frame ends the link with INVALID_ARGUMENT, not INTERNAL.
     hello = runtime_pb2.RuntimeLinkRequest(
         hello=runtime_pb2.RuntimeHello(
-            runtime_id="rt-deep", runtime_instance_id="i", protocol_revision=1, providers=["demo"]
+            runtime_id="rt-deep",
+            runtime_instance_id="i",
+            protocol_revision=PROTOCOL_REVISION,
+            providers=["demo"],
         )
     ).SerializeToString()
     link: grpc.StreamStreamMultiCallable[bytes, runtime_pb2.RuntimeLinkResponse]

@@ -15,6 +15,7 @@ import grpc
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import runtime_pb2, runtime_pb2_grpc
+from services.host.runtime.registry import PROTOCOL_REVISION
 from tests.support.servers import auth_metadata
 
 _END = object()
@@ -52,7 +53,7 @@ class ScriptedRuntime:
                     hello=runtime_pb2.RuntimeHello(
                         runtime_id=runtime_id,
                         runtime_instance_id=instance_id,
-                        protocol_revision=1,
+                        protocol_revision=PROTOCOL_REVISION,
                         providers=list(providers),
                         capabilities=canonical_pb2.RuntimeCapabilities(
                             guidance=guidance, interrupt=interrupt, live_settings=True

@@ -279,7 +279,7 @@ class RuntimeHello(_message.Message):
     supersedes their pending and resolving Interactions (HOST-INT-3).
     """
     protocol_revision: _builtins.int
-    """protocol_revision is the runtime-link revision the runtime speaks (currently 1)."""
+    """protocol_revision is the runtime-link revision the runtime speaks (currently 2)."""
     runtime_version: _builtins.str
     """runtime_version is a free-form build identifier for diagnostics."""
     @_builtins.property

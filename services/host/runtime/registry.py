@@ -19,8 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-PROTOCOL_REVISION = 1
-"""The runtime-link revision this Host speaks."""
+PROTOCOL_REVISION = 2
+"""The runtime-link revision this Host speaks.
+
+Revision 2 (ADR 0031): message snapshots carry the producer's classification and name their
+Turn, Turn patches carry file-change snapshots, and disposition queries are answered.
+"""
 
 
 @dataclass(frozen=True)
