@@ -244,13 +244,16 @@ class HostServiceStub:
     through a durable operation (HOST-INT-3): one transaction claims
     pending -> answered, stores the answer and writes an outbox row; the
     operation is dispatched to the runtime (retried, also after a restart) and
-    completes with the runtime's disposition. An identical replay of
-    `idempotency_key` returns the same operation without re-sending. With
+    completes with the runtime's disposition; a delivery left without one is
+    queried for it (HOST-INT-6). An identical replay of `idempotency_key` returns
+    the same operation without re-sending. A new key for an Interaction another
+    operation claimed is never dispatched: its operation is `superseded` if the
+    answer differs, else it follows the claimant's outcome (HOST-INT-5). With
     `wait_timeout_ms` the call waits up to that long for completion; a caller's
     cancelled wait never changes the operation. Errors: NOT_FOUND
     `INTERACTION_NOT_FOUND`; ALREADY_EXISTS `IDEMPOTENCY_KEY_CONFLICT` (changed or
-    partial replay); FAILED_PRECONDITION `INTERACTION_NOT_ACTIONABLE` (not
-    pending under another key, or its Turn settled).
+    partial replay); FAILED_PRECONDITION `INTERACTION_NOT_ACTIONABLE` (unclaimed
+    and no longer pending, or its Turn settled).
     """
     GetInteractionResponseOperation: _grpc.UnaryUnaryMultiCallable[_host_pb2.GetInteractionResponseOperationRequest, _host_pb2.GetInteractionResponseOperationResponse]
     """GetInteractionResponseOperation reads the durable operation created by
@@ -558,13 +561,16 @@ class HostServiceAsyncStub(HostServiceStub):
     through a durable operation (HOST-INT-3): one transaction claims
     pending -> answered, stores the answer and writes an outbox row; the
     operation is dispatched to the runtime (retried, also after a restart) and
-    completes with the runtime's disposition. An identical replay of
-    `idempotency_key` returns the same operation without re-sending. With
+    completes with the runtime's disposition; a delivery left without one is
+    queried for it (HOST-INT-6). An identical replay of `idempotency_key` returns
+    the same operation without re-sending. A new key for an Interaction another
+    operation claimed is never dispatched: its operation is `superseded` if the
+    answer differs, else it follows the claimant's outcome (HOST-INT-5). With
     `wait_timeout_ms` the call waits up to that long for completion; a caller's
     cancelled wait never changes the operation. Errors: NOT_FOUND
     `INTERACTION_NOT_FOUND`; ALREADY_EXISTS `IDEMPOTENCY_KEY_CONFLICT` (changed or
-    partial replay); FAILED_PRECONDITION `INTERACTION_NOT_ACTIONABLE` (not
-    pending under another key, or its Turn settled).
+    partial replay); FAILED_PRECONDITION `INTERACTION_NOT_ACTIONABLE` (unclaimed
+    and no longer pending, or its Turn settled).
     """
     GetInteractionResponseOperation: _aio.UnaryUnaryMultiCallable[_host_pb2.GetInteractionResponseOperationRequest, _host_pb2.GetInteractionResponseOperationResponse]  # type: ignore[assignment]
     """GetInteractionResponseOperation reads the durable operation created by
@@ -1019,13 +1025,16 @@ class HostServiceServicer(metaclass=_abc_1.ABCMeta):
         through a durable operation (HOST-INT-3): one transaction claims
         pending -> answered, stores the answer and writes an outbox row; the
         operation is dispatched to the runtime (retried, also after a restart) and
-        completes with the runtime's disposition. An identical replay of
-        `idempotency_key` returns the same operation without re-sending. With
+        completes with the runtime's disposition; a delivery left without one is
+        queried for it (HOST-INT-6). An identical replay of `idempotency_key` returns
+        the same operation without re-sending. A new key for an Interaction another
+        operation claimed is never dispatched: its operation is `superseded` if the
+        answer differs, else it follows the claimant's outcome (HOST-INT-5). With
         `wait_timeout_ms` the call waits up to that long for completion; a caller's
         cancelled wait never changes the operation. Errors: NOT_FOUND
         `INTERACTION_NOT_FOUND`; ALREADY_EXISTS `IDEMPOTENCY_KEY_CONFLICT` (changed or
-        partial replay); FAILED_PRECONDITION `INTERACTION_NOT_ACTIONABLE` (not
-        pending under another key, or its Turn settled).
+        partial replay); FAILED_PRECONDITION `INTERACTION_NOT_ACTIONABLE` (unclaimed
+        and no longer pending, or its Turn settled).
         """
 
     @_abc_1.abstractmethod
