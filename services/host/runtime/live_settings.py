@@ -85,27 +85,19 @@ class LinkedRuntimeSettings:
         sent = await ctx.transact(enqueue)
         if not isinstance(sent, _Sent):
             return RuntimeSettingsOutcome(sent)
-        link, command_id, ack = sent.link, sent.command_id, sent.ack
+        link, command_id = sent.link, sent.command_id
         timeout = ctx.runtime_command_timeout_seconds
-        # asyncio.wait, not wait_for: the future must survive the timeout undisturbed.
-        try:
-            done, _ = await asyncio.wait({ack}, timeout=timeout)
-        except asyncio.CancelledError:
-            link.forget_ack(command_id)  # the caller is gone; the command keeps its retry
-            raise
-        verdict: CommandAck | None = None
-        if done and not ack.cancelled() and ack.exception() is None:
-            verdict = ack.result()
-            if verdict.status == "accepted":
-                return RuntimeSettingsOutcome("applied")
-        if not done:
+        waited = await link.wait_for_ack(command_id, sent.ack, timeout)
+        verdict = waited.verdict
+        if waited.accepted:
+            return RuntimeSettingsOutcome("applied")
+        if waited.timed_out:
             cause = f"the runtime did not acknowledge the settings within {timeout:g} s"
         elif verdict is None:
             cause = "the runtime disconnected before acknowledging the settings"
         else:
             detail = verdict.message or verdict.reason or verdict.status
             cause = f"the runtime {verdict.status} the settings: {detail}"
-        link.forget_ack(command_id)  # a late acknowledgement is recorded, nobody waits for it
         return await self._settle(link, command_id, cause, verdict)
 
     async def _settle(

@@ -89,6 +89,25 @@ class LinkClosed(Exception):
 _link_numbers = itertools.count(1)
 
 
+@dataclass(frozen=True)
+class AckWait:
+    """How waiting for one command's acknowledgement ended.
+
+    Attributes:
+        verdict: The runtime's acknowledgement, or ``None`` when none came (timeout or a
+            closed link).
+        timed_out: No verdict within the wait.
+    """
+
+    verdict: CommandAck | None
+    timed_out: bool
+
+    @property
+    def accepted(self) -> bool:
+        """Whether the runtime accepted the command."""
+        return self.verdict is not None and self.verdict.status == "accepted"
+
+
 @dataclass(eq=False)
 class RuntimeLinkHandle:
     """One connected link: its identity, outbound queue and awaited acknowledgements."""
@@ -116,6 +135,28 @@ class RuntimeLinkHandle:
         future = self._acks.pop(command_id, None)
         if future is not None and not future.done():
             future.cancel()
+
+    async def wait_for_ack(
+        self, command_id: str, ack: asyncio.Future[CommandAck], seconds: float
+    ) -> AckWait:
+        """Wait up to ``seconds`` for the verdict ``expect_ack`` promised.
+
+        Anything but an acceptance stops the wait (a late acknowledgement is still recorded,
+        nobody waits for it); so does a cancelled caller, whose command keeps its retry.
+        """
+        # asyncio.wait, not wait_for: the future must survive the timeout undisturbed.
+        try:
+            done, _ = await asyncio.wait({ack}, timeout=seconds)
+        except asyncio.CancelledError:
+            self.forget_ack(command_id)
+            raise
+        verdict = None
+        if done and not ack.cancelled() and ack.exception() is None:
+            verdict = ack.result()
+        waited = AckWait(verdict, timed_out=not done)
+        if not waited.accepted:
+            self.forget_ack(command_id)
+        return waited
 
     def resolve_ack(self, ack: CommandAck) -> None:
         """Wake whoever awaits this acknowledgement."""

@@ -40,7 +40,11 @@ from services.host.runtime.commands import ResumeSession
 from services.host.runtime.registry import CommandAck, RuntimeLinkHandle
 from services.host.sessions.commands import SessionDetail, get_session
 from services.host.turns import command_outbox
-from services.host.turns.submission import RUNTIME_RETRY_SECONDS, session_context
+from services.host.turns.submission import (
+    RUNTIME_RETRY_SECONDS,
+    runtime_unavailable,
+    session_context,
+)
 
 __all__ = ["ACTIVATION_KIND", "Activation", "activate_session"]
 
@@ -100,15 +104,7 @@ async def activate_session(
             return None
         link = ctx.runtimes.link_for(workspace_id, session.agent_target_id, session.provider)
         if link is None:
-            raise Unavailable(
-                f"no runtime serving {session.provider!r} is connected",
-                reason="RUNTIME_UNAVAILABLE",
-                metadata={
-                    "provider": session.provider,
-                    "agent_target_id": session.agent_target_id or "",
-                },
-                retry_after_seconds=RUNTIME_RETRY_SECONDS,
-            )
+            raise runtime_unavailable(session)
         command = ResumeSession(await session_context(repos, session))
         command_id = command_outbox.enqueue(repos, ctx, session, command)
         # Registered before the commit dispatches the command, so an early ack is seen.
@@ -131,20 +127,12 @@ async def _await_acceptance(ctx: HostContext, sent: _Sent) -> None:
         Unavailable: ``RESUME_NOT_ACKNOWLEDGED``: no verdict in time, a ``failed`` delivery or a
             closed link; the command is withdrawn first.
     """
-    link, command_id, ack = sent.link, sent.command_id, sent.ack
+    command_id = sent.command_id
     timeout = ctx.runtime_command_timeout_seconds
-    # asyncio.wait, not wait_for: the future must survive the timeout undisturbed.
-    try:
-        done, _ = await asyncio.wait({ack}, timeout=timeout)
-    except asyncio.CancelledError:
-        link.forget_ack(command_id)  # the caller is gone; the command keeps its retry
-        raise
-    verdict: CommandAck | None = None
-    if done and not ack.cancelled() and ack.exception() is None:
-        verdict = ack.result()
-        if verdict.status == "accepted":
-            return
-    link.forget_ack(command_id)  # a late acknowledgement is recorded, nobody waits for it
+    waited = await sent.link.wait_for_ack(command_id, sent.ack, timeout)
+    verdict = waited.verdict
+    if waited.accepted:
+        return
 
     async def withdraw(repos: HostTransaction) -> command_outbox.Withdrawal:
         return await command_outbox.withdraw_awaited(repos, command_id)
@@ -160,7 +148,7 @@ async def _await_acceptance(ctx: HostContext, sent: _Sent) -> None:
             reason="RESUME_REJECTED",
             metadata={"command_id": command_id},
         )
-    if not done:
+    if waited.timed_out:
         cause = f"the runtime did not acknowledge the resume within {timeout:g} s"
     elif verdict is None:
         cause = "the runtime disconnected before acknowledging the resume"

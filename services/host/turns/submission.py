@@ -68,6 +68,16 @@ MAX_SUBMIT_ID_CHARS = 256
 RUNTIME_RETRY_SECONDS = 5.0
 
 
+def runtime_unavailable(session: SessionRow) -> Unavailable:
+    """UNAVAILABLE ``RUNTIME_UNAVAILABLE``: no runtime serving the Session's target is connected."""
+    return Unavailable(
+        f"no runtime serving {session.provider!r} is connected",
+        reason="RUNTIME_UNAVAILABLE",
+        metadata={"provider": session.provider, "agent_target_id": session.agent_target_id or ""},
+        retry_after_seconds=RUNTIME_RETRY_SECONDS,
+    )
+
+
 def user_message_id(client_submit_id: str) -> str:
     """The stable id of a submission's user row (HOST-TURN-1)."""
     return f"client-submit:user:{client_submit_id}"
@@ -301,15 +311,7 @@ async def _check_deliverable(
             capabilities = Capabilities.from_json(target.capabilities_json)
     link = ctx.runtimes.link_for(ws, session.agent_target_id, session.provider)
     if link is None:
-        raise Unavailable(
-            f"no runtime serving {session.provider!r} is connected",
-            reason="RUNTIME_UNAVAILABLE",
-            metadata={
-                "provider": session.provider,
-                "agent_target_id": session.agent_target_id or "",
-            },
-            retry_after_seconds=RUNTIME_RETRY_SECONDS,
-        )
+        raise runtime_unavailable(session)
     if submission.delivery in ("guidance", "interrupt"):
         advertised = getattr(capabilities, submission.delivery) and bool(
             link.identity.capabilities.get(submission.delivery)
