@@ -14,7 +14,7 @@ from agentactivity.host.v1 import host_pb2, host_pb2_grpc
 from store.engine import create_sync_engine_for
 from store.models import Message, Turn
 from tests.support.rpc_errors import error_details
-from tests.support.runtime_client import ScriptedRuntime
+from tests.support.runtime_client import ScriptedRuntime, interaction, turn_patch
 from tests.support.servers import LiveServer, auth_metadata
 
 WS = "ws-1"
@@ -34,6 +34,20 @@ class HostUnderTest:
 
     def runtime(self, **kwargs: Any) -> ScriptedRuntime:
         return ScriptedRuntime(self.server.channel, **kwargs)
+
+    def pending_interaction(self) -> tuple[ScriptedRuntime, str]:
+        """A runtime and a Turn of ``s1`` whose Interaction ``q1`` is pending."""
+        runtime = self.runtime()
+        turn = self.send("hello", "c1").turn
+        runtime.ack(runtime.next_command().command_id)
+        runtime.report(
+            WS,
+            "s1",
+            "r1",
+            turn_patch(turn.turn_id, canonical_pb2.TURN_PHASE_AWAITING_INTERACTION),
+            interaction(turn.turn_id, "q1"),
+        )
+        return runtime, turn.turn_id
 
     def send(
         self,

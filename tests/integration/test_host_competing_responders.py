@@ -35,26 +35,11 @@ ANSWERED = canonical_pb2.INTERACTION_STATUS_ANSWERED
 SUPERSEDED = canonical_pb2.INTERACTION_STATUS_SUPERSEDED
 
 
-def _pending(host: HostUnderTest) -> tuple[ScriptedRuntime, str]:
-    """A runtime and Turn whose Interaction ``q1`` is pending."""
-    runtime = host.runtime()
-    turn = host.send("hello", "c1").turn
-    runtime.ack(runtime.next_command().command_id)
-    runtime.report(
-        WS,
-        "s1",
-        "r1",
-        turn_patch(turn.turn_id, canonical_pb2.TURN_PHASE_AWAITING_INTERACTION),
-        interaction(turn.turn_id, "q1"),
-    )
-    return runtime, turn.turn_id
-
-
 def _claimed(
     host: HostUnderTest,
 ) -> tuple[ScriptedRuntime, str, host_pb2.InteractionResponseOperation, runtime_pb2.RuntimeCommand]:
     """``_pending`` answered under key ``k1``: the claimant and its delivery command."""
-    runtime, turn_id = _pending(host)
+    runtime, turn_id = host.pending_interaction()
     claim = submit_response(host.stub, turn_id, "k1", payload_json='{"remember":true}').operation
     command = runtime.next_command()
     assert command.deliver_interaction_response.operation_id == claim.operation_id
@@ -228,7 +213,7 @@ def test_an_unclaimed_interaction_that_is_no_longer_pending_is_not_actionable(
     migrated_db_url: str, live_server: Callable[..., LiveServer], how: str
 ) -> None:
     host = start_host(live_server, migrated_db_url)
-    runtime, turn_id = _pending(host)
+    runtime, turn_id = host.pending_interaction()
     if how == "superseded_by_the_runtime":
         runtime.report(WS, "s1", "r2", interaction(turn_id, "q1", SUPERSEDED))
     else:

@@ -25,9 +25,7 @@ from tests.support.host_activity_calls import response_operation, submit_respons
 from tests.support.polling import eventually
 from tests.support.runtime_client import (
     ScriptedRuntime,
-    interaction,
     interaction_disposition,
-    turn_patch,
 )
 from tests.support.servers import LiveServer
 
@@ -43,22 +41,13 @@ def _delivered(
 
     Returns the runtime, the Turn id, the operation id and the delivery command.
     """
-    runtime = host.runtime()
-    turn = host.send("hello", "c1").turn
-    runtime.ack(runtime.next_command().command_id)
-    runtime.report(
-        WS,
-        "s1",
-        "r1",
-        turn_patch(turn.turn_id, canonical_pb2.TURN_PHASE_AWAITING_INTERACTION),
-        interaction(turn.turn_id, "q1"),
-    )
-    operation = submit_response(host.stub, turn.turn_id, "k1", payload_json='{"n":1}').operation
+    runtime, turn_id = host.pending_interaction()
+    operation = submit_response(host.stub, turn_id, "k1", payload_json='{"n":1}').operation
     delivery = runtime.next_command()
     assert delivery.WhichOneof("command") == "deliver_interaction_response"
     runtime.ack(delivery.command_id)  # accepted, but the disposition never comes
     assert eventually(lambda: _outbox_state(host, delivery.command_id) == "completed")
-    return runtime, turn.turn_id, operation.operation_id, delivery
+    return runtime, turn_id, operation.operation_id, delivery
 
 
 def _outbox_state(host: HostUnderTest, command_id: str) -> str | None:

@@ -10,7 +10,7 @@ import pytest
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2
-from tests.integration.host_activity import WS, HostUnderTest, error_reason, start_host
+from tests.integration.host_activity import WS, error_reason, start_host
 from tests.support.host_activity_calls import (
     attention_items,
     response_operation,
@@ -18,8 +18,6 @@ from tests.support.host_activity_calls import (
     submit_response,
 )
 from tests.support.runtime_client import (
-    ScriptedRuntime,
-    interaction,
     interaction_disposition,
     text_message,
     turn_patch,
@@ -27,26 +25,12 @@ from tests.support.runtime_client import (
 from tests.support.servers import LiveServer
 
 
-def _pending(host: HostUnderTest) -> tuple[ScriptedRuntime, str]:
-    runtime = host.runtime()
-    turn = host.send("hello", "c1").turn
-    runtime.ack(runtime.next_command().command_id)
-    runtime.report(
-        WS,
-        "s1",
-        "r1",
-        turn_patch(turn.turn_id, canonical_pb2.TURN_PHASE_AWAITING_INTERACTION),
-        interaction(turn.turn_id, "q1"),
-    )
-    return runtime, turn.turn_id
-
-
 @pytest.mark.spec("HOST-INT-3", "HOST-INT-4", "HOST-INT-1", "HOST-INT-6")
 def test_a_response_is_a_durable_operation_completed_by_the_runtime(
     migrated_db_url: str, live_server: Callable[..., LiveServer]
 ) -> None:
     host = start_host(live_server, migrated_db_url)
-    runtime, turn_id = _pending(host)
+    runtime, turn_id = host.pending_interaction()
     items = attention_items(host.stub)
     assert len(items) == 1
     item = items[0]
@@ -136,7 +120,7 @@ def test_a_response_waits_for_the_runtime_disposition(
     import threading
 
     host = start_host(live_server, migrated_db_url)
-    runtime, turn_id = _pending(host)
+    runtime, turn_id = host.pending_interaction()
 
     def answer() -> None:
         command = runtime.next_command()
