@@ -36,13 +36,12 @@ from nats.js import api as js_api
 
 from agentactivity.livestream.v1 import livestream_pb2, livestream_pb2_grpc
 from bench.live_bench_common import WORKSPACE, Tally
+from services.livestream.subscriber.continuity import PROTOCOL_REVISION
 
 __all__ = ["CHANNEL_OPTIONS", "DeviceWorker", "LibraryContinuity", "RawContinuity"]
 
 CHANNEL_OPTIONS = [("grpc.use_local_subchannel_pool", 1)]
 """One TCP connection per channel (gRPC would otherwise share one per target)."""
-
-REVISION = livestream_pb2.LIVE_PROTOCOL_REVISION_1
 
 Event = tuple[str, Any]
 """What a continuity check makes of a frame: ``("delta", text)``, ``("ready", resumed)``,
@@ -292,7 +291,7 @@ class LiveLink(Link):
         cursor = self.continuity.cursor() if with_cursor else None
         self.continuity.begin_call(cursor is not None)
         hello = livestream_pb2.ClientHello(
-            protocol_revision=REVISION, device_id=self.name, workspace_ids=[WORKSPACE]
+            protocol_revision=PROTOCOL_REVISION, device_id=self.name, workspace_ids=[WORKSPACE]
         )
         if cursor is not None:
             hello.resume_cursor.epoch, hello.resume_cursor.last_sequence = cursor

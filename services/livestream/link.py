@@ -47,7 +47,9 @@ from services.livestream.registry import PublisherRegistry, slow_consumer, super
 
 __all__ = ["CURRENT_REVISION", "DeviceLinkCall", "protocol_violation"]
 
-CURRENT_REVISION = livestream_pb2.LIVE_PROTOCOL_REVISION_1
+CURRENT_REVISION = livestream_pb2.LIVE_PROTOCOL_REVISION_2
+"""The one live protocol revision this server speaks (LIVE-REV-1, ADR 0030); a hello
+naming any other is refused, never converted."""
 log = logging.getLogger(__name__)
 
 MAX_ID_CHARS = 256

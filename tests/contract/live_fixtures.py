@@ -6,7 +6,7 @@ them and holds the checks shared by the offline tests (``tests/contract/test_liv
 and the live-server tests (``tests/integration/livestream/test_live_contract.py``):
 
 * :func:`closed_protocol_violations` — the closed-vocabulary rules of LIVE-REV-1 / CON-6
-  applied to one decoded frame, as a client of revision 1 applies them;
+  applied to one decoded frame, as a client of the current revision applies them;
 * :func:`schema_of` — the revision's schema (messages, field numbers, kinds, enums) as
   data, compared with ``schema.json``;
 * :func:`normalised` / :func:`shape` — a frame with volatile values (epochs, generated
@@ -27,6 +27,7 @@ from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescript
 from google.protobuf.message import Message
 
 from agentactivity.livestream.v1 import livestream_pb2
+from services.livestream.link import CURRENT_REVISION
 
 __all__ = [
     "FIXTURES",
@@ -45,7 +46,8 @@ __all__ = [
 ]
 
 FIXTURES = Path(__file__).parent / "fixtures" / "livestream"
-REVISION_DIR = FIXTURES / "live-protocol-1"
+REVISION_DIR = FIXTURES / f"live-protocol-{int(CURRENT_REVISION)}"
+"""The fixtures of the current revision; released revisions keep theirs, frozen."""
 MAX_SEQUENCE = 2**53 - 1
 LIVE_PACKAGE = "agentactivity.livestream.v1"
 
@@ -147,19 +149,27 @@ def _is_repeated(field: Any) -> bool:
     return bool(field.is_repeated)
 
 
-def closed_protocol_violations(frame: livestream_pb2.DeviceLinkResponse) -> list[tuple[str, str]]:
+def closed_protocol_violations(
+    frame: livestream_pb2.DeviceLinkResponse, revision: int = CURRENT_REVISION
+) -> list[tuple[str, str]]:
     """``(kind, path)`` of every rule of the closed protocol the decoded frame breaks.
 
-    The rules a client of revision 1 applies (LIVE-REV-1, CON-6, LIVE-FRAME-1): every
+    The rules a client of ``revision`` applies (LIVE-REV-1, CON-6, LIVE-FRAME-1): every
     oneof of the livestream package is set; no livestream message carries a field this
     revision does not know; every livestream enum holds a known value and a
-    ``*_UNSPECIFIED`` one only where it is not a reason or revision; a batch names its
-    epoch and carries at least one delivery, whose sequences are within 1..2^53-1 and
-    each the previous plus 1. Canonical entities (Turn, Interaction, MessageDelta) are
-    not judged here: they carry their own vocabulary (CON-7).
+    ``*_UNSPECIFIED`` one only where it is not a reason or revision; ``stream_ready``
+    names the client's own revision (a known older one too is another revision); a batch
+    names its epoch and carries at least one delivery, whose sequences are within
+    1..2^53-1 and each the previous plus 1. Canonical entities (Turn, Interaction,
+    MessageDelta) are not judged here: they carry their own vocabulary (CON-7).
     """
     found: list[tuple[str, str]] = []
     _check(frame, "", found)
+    if frame.WhichOneof("kind") == "stream_ready":
+        named = int(frame.stream_ready.protocol_revision)
+        known = named in livestream_pb2.LiveProtocolRevision.DESCRIPTOR.values_by_number
+        if known and named not in (0, revision):  # unknown or unspecified: already found
+            found.append(("another_revision", "stream_ready.protocol_revision"))
     if frame.WhichOneof("kind") == "deliveries":
         batch = frame.deliveries
         if not batch.epoch:

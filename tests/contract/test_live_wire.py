@@ -1,6 +1,7 @@
-"""The golden wire fixtures of live protocol revision 1, offline (CON-3, LIVE-FRAME-1, LIVE-REV-1).
+"""The golden wire fixtures of the live protocol, offline (CON-3, LIVE-FRAME-1, LIVE-REV-1).
 
-For every golden frame and request of ``tests/contract/fixtures/livestream/live-protocol-1``:
+For every golden frame and request of the current revision's directory
+(``tests/contract/fixtures/livestream/live-protocol-<n>``):
 
 - its bytes decode to exactly its readable form, and the readable form's canonical
   encoding is exactly its bytes (so any protobuf implementation can check itself
@@ -12,7 +13,9 @@ For every golden frame and request of ``tests/contract/fixtures/livestream/live-
 - it breaks no rule of the closed protocol, while every frame of ``protocol_errors.json``
   breaks the rule it names;
 - the schema of the revision (field numbers, kinds, enums) is still the one recorded in
-  ``schema.json``: any change to it needs a new revision (LIVE-REV-1).
+  ``schema.json``: any change to it needs a new revision (LIVE-REV-1);
+- the fixtures of released revisions are frozen, byte for byte, and the device library
+  speaks the server's revision.
 
 The live-server half (real frames from a running Host and livestream, and the typed
 refusals) is ``tests/integration/livestream/test_live_contract.py``.
@@ -20,6 +23,7 @@ refusals) is ``tests/integration/livestream/test_live_contract.py``.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import pytest
@@ -38,6 +42,7 @@ from services.livestream.encoding import (
 )
 from services.livestream.link import CURRENT_REVISION
 from services.livestream.projection import project
+from services.livestream.subscriber import PROTOCOL_REVISION
 from tests.contract.live_fixtures import (
     FIXTURES,
     REVISION_DIR,
@@ -320,15 +325,80 @@ def test_each_protocol_error_frame_breaks_the_rule_it_names(entry: dict[str, Any
 
 
 @pytest.mark.spec("LIVE-REV-1", "CON-7")
-def test_the_schema_is_still_revision_1() -> None:
+def test_the_schema_is_still_revision_2() -> None:
     """Field numbers, kinds, control shapes and reasons are the revision's (LIVE-REV-1).
 
-    A failure here means the live protocol changed: add ``LIVE_PROTOCOL_REVISION_2``,
-    make it current, and add ``live-protocol-2/`` with its fixtures; never edit the
-    fixtures of a released revision.
+    A failure here means the live protocol changed: add ``LIVE_PROTOCOL_REVISION_3``,
+    make it current, and add ``live-protocol-3/`` with its fixtures; never edit the
+    fixtures of a released revision (ADR 0030).
     """
-    assert CURRENT_REVISION == livestream_pb2.LIVE_PROTOCOL_REVISION_1
+    assert CURRENT_REVISION == livestream_pb2.LIVE_PROTOCOL_REVISION_2
     assert schema_of() == load_schema(), "the live protocol changed without a new revision"
+
+
+RELEASED = {
+    1: {
+        "README.md": "4a02c82860822896e7437f5f4f6f6de92ae987b3f5c59bb2323c93f236f0461c",
+        "frames.json": "2aed6ee179918a7086e707b71724d480b493d4def2e2d162eb023697d944cbcc",
+        "protocol_errors.json": "9f16fcfd543830569bdf77cd3f7c172fba6ced2a44352028ec5d25303d0805d2",
+        "refusals.json": "58b95cc5642ad4e913f2442deeb34d49c47552446e34ec2ffbb432ad0cbea488",
+        "requests.json": "cda5419d0a6053e35b1d81c77962e022d78f064a03518408c328b2d9717912f8",
+        "schema.json": "acf8a3eace6e56b5d76d93d0e302514989b6991f137694b956d213e16fafa351",
+        "session.json": "2f42f1bf5ad39e3cd2319cd3a6ad07c946c1770ba1889828c0ead151fd1f23dd",
+    },
+}
+"""SHA-256 of every fixture file of each released revision: they are the frozen record."""
+
+
+@pytest.mark.spec("LIVE-REV-1", "CON-3")
+@pytest.mark.parametrize("revision", sorted(RELEASED))
+def test_a_released_revision_keeps_its_fixtures_and_its_own_schema(revision: int) -> None:
+    """A released revision's fixtures are never edited; its schema differs from the current
+    one (else it would not be another revision), and its frames and requests still decode
+    to their readable form (revisions only add to the contract, which buf breaking checks)."""
+    directory = FIXTURES / f"live-protocol-{revision}"
+    assert revision < CURRENT_REVISION
+    digests = {
+        path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(directory.iterdir())
+    }
+    assert digests == RELEASED[revision], "a released revision's fixtures were edited"
+    assert load_schema(directory) != load_schema()
+    for entry in load_frames(directory):
+        assert readable_of(_frame(entry)) == entry.readable, entry.name
+    for entry in load_requests(directory):
+        request = livestream_pb2.DeviceLinkRequest.FromString(entry.data)
+        assert readable_of(request) == entry.readable, entry.name
+
+
+@pytest.mark.spec("LIVE-REV-1")
+def test_the_device_library_speaks_the_servers_revision() -> None:
+    assert PROTOCOL_REVISION == CURRENT_REVISION
+    for entry in REQUESTS:
+        request = livestream_pb2.DeviceLinkRequest.FromString(entry.data)
+        if request.HasField("hello"):
+            assert request.hello.protocol_revision == CURRENT_REVISION, entry.name
+    ready = [_frame(f).stream_ready for f in FRAMES if _frame(f).HasField("stream_ready")]
+    assert ready
+    assert {r.protocol_revision for r in ready} == {CURRENT_REVISION}
+
+
+@pytest.mark.spec("LIVE-REV-1", "LIVE-VAR-1", "CON-3")
+def test_a_golden_turn_delivery_carries_every_kind_of_file_change() -> None:
+    """Revision 2 exists for ``Turn.file_changes``: a golden frame pins its encoding."""
+    turns = [
+        d.turn_update.turn
+        for frame in map(_frame, FRAMES)
+        for d in frame.deliveries.deliveries
+        if d.HasField("turn_update")
+    ]
+    changes = [change for turn in turns for change in turn.file_changes]
+    kinds = {change.change for change in changes}
+    assert kinds == {v for v in canonical_pb2.FileChangeKind.values() if v != 0}
+    renamed = [c for c in changes if c.change == canonical_pb2.FILE_CHANGE_KIND_RENAMED]
+    assert renamed
+    assert all(c.HasField("previous_path") for c in renamed)
+    assert not any(c.HasField("previous_path") for c in changes if c not in renamed)
 
 
 @pytest.mark.spec("LIVE-REV-1", "CON-3")

@@ -46,6 +46,7 @@ from agentactivity.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
 from agentactivity.refresolve.v1 import refresolve_pb2, refresolve_pb2_grpc
 from grpcserver.authorization import MethodPolicy, WorkspaceSource
 from services.host.runtime.registry import PROTOCOL_REVISION
+from services.livestream.link import CURRENT_REVISION
 from store.models import Base, Session
 from tests.contract.live_link import RawLink
 from tests.integration.host_activity import start_host
@@ -453,7 +454,7 @@ def _runtime_frames(ws: str | None) -> list[runtime_pb2.RuntimeLinkRequest]:
 
 def _device_frames(ws: str | None) -> list[livestream_pb2.DeviceLinkRequest]:
     hello = livestream_pb2.ClientHello(
-        protocol_revision=livestream_pb2.LIVE_PROTOCOL_REVISION_1,
+        protocol_revision=CURRENT_REVISION,
         device_id="device-1",
         workspace_ids=[] if ws is None else [ws],
     )
@@ -1024,7 +1025,7 @@ def _fixture_expectation(name: str, workspaces: list[str]) -> Expected:
 def _device_hello(device: str, workspaces: list[str]) -> bytes:
     return livestream_pb2.DeviceLinkRequest(
         hello=livestream_pb2.ClientHello(
-            protocol_revision=livestream_pb2.LIVE_PROTOCOL_REVISION_1,
+            protocol_revision=CURRENT_REVISION,
             device_id=device,
             workspace_ids=workspaces,
         )

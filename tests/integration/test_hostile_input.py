@@ -50,6 +50,7 @@ from agentactivity.livestream.v1 import livestream_pb2
 from agentactivity.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
 from services.host.app import RECEIVE_LIMIT_BYTES as HOST_RECEIVE_LIMIT
 from services.host.runtime.registry import PROTOCOL_REVISION
+from services.livestream.link import CURRENT_REVISION
 from store.engine import create_sync_engine_for
 from store.models import Base, Turn
 from tests.support.host_sessions import demo_target
@@ -459,7 +460,7 @@ def _runtime_hello(runtime_id: str = "rt-hostile") -> bytes:
 def _device_hello() -> bytes:
     return livestream_pb2.DeviceLinkRequest(
         hello=livestream_pb2.ClientHello(
-            protocol_revision=livestream_pb2.LIVE_PROTOCOL_REVISION_1,
+            protocol_revision=CURRENT_REVISION,
             device_id="device-hostile",
             workspace_ids=["ws-1"],
         )

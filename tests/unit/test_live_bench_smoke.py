@@ -15,6 +15,7 @@ from bench import live_bench
 from bench.live_bench_common import Tally, op_text, ops_text
 from bench.live_bench_devices import LibraryContinuity, RawContinuity
 from bench.live_bench_procs import nats_server_binary
+from services.livestream.subscriber import PROTOCOL_REVISION
 
 WIDTH = 40
 
@@ -52,9 +53,7 @@ def test_continuity_passes_deltas_and_breaks_on_a_gap(
     check = kind("dev-1")
     check.begin_call(False)
     ready = livestream_pb2.DeviceLinkResponse(
-        stream_ready=livestream_pb2.StreamReady(
-            protocol_revision=livestream_pb2.LIVE_PROTOCOL_REVISION_1, epoch="e1"
-        )
+        stream_ready=livestream_pb2.StreamReady(protocol_revision=PROTOCOL_REVISION, epoch="e1")
     )
     assert check.feed(ready, False) == [("ready", False)]
     events = check.feed(_frame("e1", 1, ["a", "b"]), True)

@@ -57,7 +57,13 @@ class _LiveProtocolRevisionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_
     with PROTOCOL_REVISION_MISMATCH.
     """
     LIVE_PROTOCOL_REVISION_1: _LiveProtocolRevision.ValueType  # 1
-    """LIVE_PROTOCOL_REVISION_1 is the first and current revision."""
+    """LIVE_PROTOCOL_REVISION_1 is the first revision, released with issue 2; a hello
+    carrying it is now rejected with PROTOCOL_REVISION_MISMATCH.
+    """
+    LIVE_PROTOCOL_REVISION_2: _LiveProtocolRevision.ValueType  # 2
+    """LIVE_PROTOCOL_REVISION_2 is the current revision: the canonical Turn carried in
+    turn deliveries gained `file_changes` (HOST-TURN-8, issue 16).
+    """
 
 class LiveProtocolRevision(_LiveProtocolRevision, metaclass=_LiveProtocolRevisionEnumTypeWrapper):
     """LiveProtocolRevision is the live protocol revision, a constant of this contract
@@ -67,7 +73,7 @@ class LiveProtocolRevision(_LiveProtocolRevision, metaclass=_LiveProtocolRevisio
     Client and server must name the same revision; a mismatch is rejected with reason
     PROTOCOL_REVISION_MISMATCH, never converted (LIVE-REV-1).
 
-    The current revision is LIVE_PROTOCOL_REVISION_1.
+    The current revision is LIVE_PROTOCOL_REVISION_2.
     """
 
 LIVE_PROTOCOL_REVISION_UNSPECIFIED: LiveProtocolRevision.ValueType  # 0
@@ -75,7 +81,13 @@ LIVE_PROTOCOL_REVISION_UNSPECIFIED: LiveProtocolRevision.ValueType  # 0
 with PROTOCOL_REVISION_MISMATCH.
 """
 LIVE_PROTOCOL_REVISION_1: LiveProtocolRevision.ValueType  # 1
-"""LIVE_PROTOCOL_REVISION_1 is the first and current revision."""
+"""LIVE_PROTOCOL_REVISION_1 is the first revision, released with issue 2; a hello
+carrying it is now rejected with PROTOCOL_REVISION_MISMATCH.
+"""
+LIVE_PROTOCOL_REVISION_2: LiveProtocolRevision.ValueType  # 2
+"""LIVE_PROTOCOL_REVISION_2 is the current revision: the canonical Turn carried in
+turn deliveries gained `file_changes` (HOST-TURN-8, issue 16).
+"""
 Global___LiveProtocolRevision: _TypeAlias = LiveProtocolRevision  # noqa: Y015
 
 class _DeviceLinkErrorReason:

@@ -57,6 +57,7 @@ from services.livestream.subscriber.client import (
     link_end,
 )
 from services.livestream.subscriber.continuity import (
+    PROTOCOL_REVISION,
     AttachmentCaughtUp,
     AttachmentDetached,
     AttachmentRejected,
@@ -83,6 +84,7 @@ from services.livestream.subscriber.state import (
 
 __all__ = [
     "CHANNEL_OPTIONS",
+    "PROTOCOL_REVISION",
     "TERMINAL_CODES",
     "TERMINAL_REASONS",
     "Attachment",

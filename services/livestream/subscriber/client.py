@@ -28,6 +28,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from agentactivity.livestream.v1 import livestream_pb2, livestream_pb2_grpc
 from services.livestream.subscriber.continuity import (
+    PROTOCOL_REVISION,
     ContinuityEvent,
     ContinuityMachine,
     Ready,
@@ -722,7 +723,7 @@ class Subscriber:
 
     def _hello(self, cursor: Cursor | None) -> livestream_pb2.DeviceLinkRequest:
         hello = livestream_pb2.ClientHello(
-            protocol_revision=livestream_pb2.LIVE_PROTOCOL_REVISION_1,
+            protocol_revision=PROTOCOL_REVISION,
             device_id=self.device_id,
             workspace_ids=self.workspace_ids,
             client_build=self._client_build,

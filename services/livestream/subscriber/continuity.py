@@ -38,6 +38,7 @@ from services.livestream.subscriber.state import Attachment, Cursor, DeviceState
 
 __all__ = [
     "MAX_SEQUENCE",
+    "PROTOCOL_REVISION",
     "AttachmentCaughtUp",
     "AttachmentDetached",
     "AttachmentRejected",
@@ -54,6 +55,10 @@ __all__ = [
 
 MAX_SEQUENCE = 2**53 - 1
 """Sequences never exceed this (CON-4); a larger one is a protocol error."""
+
+PROTOCOL_REVISION = livestream_pb2.LIVE_PROTOCOL_REVISION_2
+"""The live protocol revision this library speaks (LIVE-REV-1): its hello names it, and a
+``stream_ready`` naming any other is a protocol error. It changes only with the contract."""
 
 DATA_KINDS = frozenset(
     {"message_delta", "turn_update", "interaction_update", "discontinuity", "interaction_snapshot"}
@@ -398,7 +403,7 @@ class ContinuityMachine:
             "LIVE_PROTOCOL_",
             "stream_ready.protocol_revision",
         )
-        if ready.protocol_revision != livestream_pb2.LIVE_PROTOCOL_REVISION_1:
+        if ready.protocol_revision != PROTOCOL_REVISION:
             raise _Broken(ReconcileReason.PROTOCOL_ERROR, "stream_ready names another revision")
         if not ready.epoch:
             raise _Broken(ReconcileReason.PROTOCOL_ERROR, "stream_ready without epoch")

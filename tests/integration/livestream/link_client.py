@@ -12,9 +12,10 @@ from typing import Any
 import grpc
 
 from agentactivity.livestream.v1 import livestream_pb2, livestream_pb2_grpc
+from services.livestream.link import CURRENT_REVISION
 from tests.support.servers import LiveServer, auth_metadata, token_for
 
-REVISION = livestream_pb2.LIVE_PROTOCOL_REVISION_1
+REVISION = CURRENT_REVISION
 WAIT_SECONDS = 30.0
 _END = object()
 

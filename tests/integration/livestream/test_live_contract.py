@@ -40,6 +40,7 @@ from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2, runtime_pb2
 from agentactivity.livestream.v1 import livestream_pb2, livestream_pb2_grpc
 from services.livestream.encoding import body_of, delivery_bytes
+from services.livestream.link import CURRENT_REVISION
 from services.livestream.source import Baseline, SourceUnavailable
 from tests.contract.live_fixtures import (
     REVISION_DIR,
@@ -76,7 +77,7 @@ UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 
 def _hello(device: str, cursor: tuple[str, int] | None = None) -> bytes:
     hello = livestream_pb2.ClientHello(
-        protocol_revision=livestream_pb2.LIVE_PROTOCOL_REVISION_1,
+        protocol_revision=CURRENT_REVISION,
         device_id=device,
         workspace_ids=[WS],
     )
@@ -402,7 +403,7 @@ def test_a_real_session_is_the_recorded_transcript_in_the_golden_shapes(
                 "generated Turn ids and clocks (*UnixMs) replaced by placeholders. The server "
                 "runs with a 300 ms heartbeat and a 4096-byte safe delivery size."
             ),
-            "protocolRevision": "LIVE_PROTOCOL_REVISION_1",
+            "protocolRevision": livestream_pb2.LiveProtocolRevision.Name(CURRENT_REVISION),
             "steps": recorder.steps,
         }
         SESSION_FILE.write_text(

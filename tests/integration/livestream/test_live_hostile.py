@@ -42,6 +42,7 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, literal_column, select
 
 from agentactivity.livestream.v1 import livestream_pb2, livestream_pb2_grpc
+from services.livestream.link import CURRENT_REVISION
 from services.livestream.source import Baseline
 from store.engine import create_sync_engine_for
 from store.models import Base
@@ -103,7 +104,7 @@ def _seed(name: str) -> int:
 def hello(device: str = "hostile", **fields: Any) -> bytes:
     """A hello (``fields`` override the valid defaults; ``None`` leaves one unset)."""
     values: dict[str, Any] = {
-        "protocol_revision": livestream_pb2.LIVE_PROTOCOL_REVISION_1,
+        "protocol_revision": CURRENT_REVISION,
         "device_id": device,
         "workspace_ids": [WS],
     }
@@ -444,7 +445,7 @@ def test_hostile_hello_fields_are_typed_refusals(hostile: LiveHostile) -> None:
         ),
         ("a field the hello does not know", [hello_with_unknown_field(d())], "ws1-device", ALIVE),
     ]
-    for revision in (0, 2, 99, -1, 2**31 - 1, -(2**31)):
+    for revision in (0, 1, 3, 99, -1, 2**31 - 1, -(2**31)):  # 1: the released revision
         cases.append(
             (
                 f"revision {revision}",

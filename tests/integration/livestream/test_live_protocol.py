@@ -17,6 +17,7 @@ from grpc_status import rpc_status
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.livestream.v1 import livestream_pb2, livestream_pb2_grpc
 from services.livestream.deliveries import SettledTurnFence, coalesce
+from services.livestream.link import CURRENT_REVISION
 from tests.integration.livestream.link_client import Link, hello
 from tests.integration.livestream.scripted_source import ScriptedSource, delta_event, turn_event
 from tests.support.rpc_errors import error_details
@@ -95,7 +96,7 @@ def test_hello_binds_a_fresh_epoch_and_stream_ready_announces_the_limits(
     link = _open(live, links)
     ready = link.ready
     assert ready is not None
-    assert ready.protocol_revision == livestream_pb2.LIVE_PROTOCOL_REVISION_1
+    assert ready.protocol_revision == CURRENT_REVISION
     assert ready.epoch
     assert not ready.resumed
     assert ready.latest_sequence == 0
@@ -122,7 +123,7 @@ def test_a_second_call_of_the_same_device_supersedes_the_first(
 
 
 @pytest.mark.spec("LIVE-REV-1")
-@pytest.mark.parametrize("revision", [0, 2, 99])
+@pytest.mark.parametrize("revision", [0, 1, 3, 99])  # 1: the released, older revision
 def test_another_revision_is_rejected_never_converted(
     live: LiveServer, links: list[Link], revision: int
 ) -> None:
@@ -131,7 +132,10 @@ def test_another_revision_is_rejected_never_converted(
     error = link.wait_error()
     code, reason, _ = error_details(error)
     assert (code, reason) == (grpc.StatusCode.FAILED_PRECONDITION, "PROTOCOL_REVISION_MISMATCH")
-    assert _error_metadata(error) == {"client_revision": str(revision), "server_revision": "1"}
+    assert _error_metadata(error) == {
+        "client_revision": str(revision),
+        "server_revision": str(int(CURRENT_REVISION)),
+    }
 
 
 @pytest.mark.spec("LIVE-LINK-1")
@@ -141,7 +145,7 @@ def test_another_revision_is_rejected_never_converted(
         (
             livestream_pb2.DeviceLinkRequest(
                 hello=livestream_pb2.ClientHello(
-                    protocol_revision=livestream_pb2.LIVE_PROTOCOL_REVISION_1,
+                    protocol_revision=CURRENT_REVISION,
                     workspace_ids=["ws-1"],
                 )
             ),

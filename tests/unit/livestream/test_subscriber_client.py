@@ -16,6 +16,7 @@ from grpc_status import rpc_status
 from agentactivity.livestream.v1 import livestream_pb2 as pb
 from agentactivity.livestream.v1 import livestream_pb2_grpc as pbg
 from services.livestream.subscriber import (
+    PROTOCOL_REVISION,
     Attachment,
     AttachmentCaughtUp,
     Backoff,
@@ -121,7 +122,7 @@ class Fake(pbg.DeviceLinkServiceServicer):
 def ready(epoch: str, latest: int, resumed: bool, hb: int = 200) -> pb.DeviceLinkResponse:
     return pb.DeviceLinkResponse(
         stream_ready=pb.StreamReady(
-            protocol_revision=pb.LIVE_PROTOCOL_REVISION_1,
+            protocol_revision=PROTOCOL_REVISION,
             epoch=epoch,
             resumed=resumed,
             latest_sequence=latest,
@@ -258,7 +259,7 @@ def test_fresh_attach_drop_resume_heartbeat() -> None:
             assert fake.calls[0].metadata["authorization"] == "Bearer tok"
             hello = fake.calls[0].hello
             assert hello is not None
-            assert hello.protocol_revision == 1
+            assert hello.protocol_revision == PROTOCOL_REVISION
             assert not hello.HasField("resume_cursor")
             await asyncio.sleep(0.5)  # a heartbeat goes out
             saved = store.load()

@@ -9,6 +9,7 @@ import pytest
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.livestream.v1 import livestream_pb2 as pb
 from services.livestream.subscriber import (
+    PROTOCOL_REVISION,
     AttachmentCaughtUp,
     AttachmentDetached,
     AttachmentRejected,
@@ -68,7 +69,7 @@ def ready(
 ) -> pb.DeviceLinkResponse:
     return pb.DeviceLinkResponse(
         stream_ready=pb.StreamReady(
-            protocol_revision=pb.LIVE_PROTOCOL_REVISION_1,
+            protocol_revision=PROTOCOL_REVISION,
             epoch=epoch,
             resumed=resumed,
             latest_sequence=latest,
@@ -419,8 +420,16 @@ def test_a_stream_ready_that_contradicts_what_arrived_reconciles(
                 protocol_revision=raw(7), epoch="e1", latest_sequence=5, resumed=True
             )
         ),
+        pb.DeviceLinkResponse(
+            stream_ready=pb.StreamReady(
+                protocol_revision=pb.LIVE_PROTOCOL_REVISION_1,
+                epoch="e1",
+                latest_sequence=5,
+                resumed=True,
+            )
+        ),
     ],
-    ids=["unspecified-revision", "unknown-revision"],
+    ids=["unspecified-revision", "unknown-revision", "released-older-revision"],
 )
 def test_a_stream_ready_of_another_protocol_revision_is_a_protocol_error(
     frame: pb.DeviceLinkResponse,
