@@ -50,10 +50,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_READ_CONNECTIONS",
+    "CompiledSql",
     "DirectReads",
     "ReadConnection",
     "ReadQuery",
-    "compile_for",
 ]
 
 DEFAULT_READ_CONNECTIONS: Final = 4
@@ -70,29 +70,50 @@ _SQLITE_UNAVAILABLE_CODES: Final = frozenset({5, 6, 10, 14})
 
 _DIALECTS: Final[dict[str, Dialect]] = {
     "sqlite": pysqlite.dialect(paramstyle="named"),
-    "postgresql": pg_psycopg.dialect(),  # type: ignore[no-untyped-call]
+    # Server-side $n parameters: psycopg's raw cursor sends the SQL as it is. Its default
+    # cursor parses every %(name)s statement per call, cached only below 4 KiB of SQL.
+    "postgresql": pg_psycopg.dialect(paramstyle="numeric_dollar"),  # type: ignore[no-untyped-call]
 }
 
 
-def compile_for(statement: Executable, backend: str) -> tuple[str, dict[str, Any]]:
-    """``statement`` as the driver's SQL for ``backend`` and its fixed parameters.
+class CompiledSql:
+    """A statement as one driver's SQL, with the parameters it binds at every execution.
+
+    SQLite gets ``:name`` parameters and a mapping; Postgres ``$n`` parameters, the SQL as
+    bytes, and a sequence in the compiled order (for psycopg's ``RawCursor``).
 
     Raises:
         ValueError: the statement would expand parameters (``IN`` lists) at execution.
     """
-    compiled = statement.compile(dialect=_DIALECTS[backend])  # type: ignore[attr-defined]
-    if compiled.post_compile_params or compiled.literal_execute_params:
-        raise ValueError("a direct read cannot expand parameters (IN lists) at execution")
-    return compiled.string, dict(compiled.params)
+
+    __slots__ = ("_fixed", "_order", "sql")
+
+    def __init__(self, statement: Executable, backend: str) -> None:
+        compiled = statement.compile(dialect=_DIALECTS[backend])  # type: ignore[attr-defined]
+        if compiled.post_compile_params or compiled.literal_execute_params:
+            raise ValueError("a direct read cannot expand parameters (IN lists) at execution")
+        self._fixed: dict[str, Any] = dict(compiled.params)
+        self._order: tuple[str, ...] | None = None
+        self.sql: str | bytes = compiled.string
+        if backend == "postgresql":
+            self._order = tuple(compiled.positiontup or ())
+            self.sql = compiled.string.encode()
+
+    def bind(self, params: Mapping[str, Any] | None) -> Any:
+        """The driver's parameters: the fixed ones, overridden by ``params``."""
+        values = {**self._fixed, **params} if params else self._fixed
+        if self._order is None:
+            return values
+        return [values[name] for name in self._order]
 
 
-class _Compiled:
-    """One statement compiled for one dialect: its SQL, fixed parameters and row decoder."""
+class _Compiled(CompiledSql):
+    """One ``select()`` compiled for one dialect, with its row decoder."""
 
-    __slots__ = ("decode", "fixed", "sql")
+    __slots__ = ("decode",)
 
     def __init__(self, statement: Select[Any], backend: str) -> None:
-        self.sql, self.fixed = compile_for(statement, backend)
+        super().__init__(statement, backend)
         columns = list(statement.selected_columns)
         row_type = namedtuple("Row", [column.key for column in columns])  # type: ignore[misc]
         make: Callable[[Any], Any] = row_type._make
@@ -162,7 +183,7 @@ class ReadConnection:
         self._unions_as_one_statement = unions_as_one_statement
         self._executed = 0
 
-    def _execute(self, sql: str, values: Mapping[str, Any]) -> Any:
+    def _execute(self, sql: str | bytes, values: Any) -> Any:
         if self._one_statement and self._executed:
             raise RuntimeError("a one-statement read ran a second statement (another snapshot)")
         self._executed += 1
@@ -171,8 +192,7 @@ class ReadConnection:
     def all(self, query: ReadQuery, params: Mapping[str, Any] | None = None) -> list[Any]:
         """Every row of ``query``, as named tuples."""
         compiled = query.compiled(self._backend)
-        values = {**compiled.fixed, **params} if params else compiled.fixed
-        rows = self._execute(compiled.sql, values).fetchall()
+        rows = self._execute(compiled.sql, compiled.bind(params)).fetchall()
         decode = compiled.decode
         return [decode(row) for row in rows]
 
@@ -187,15 +207,14 @@ class ReadConnection:
         sent = []
         for query, params in calls:
             compiled = query.compiled(self._backend)
-            cursor = self._execute(compiled.sql, {**compiled.fixed, **params})
+            cursor = self._execute(compiled.sql, compiled.bind(params))
             sent.append((compiled.decode, cursor))
         return [[decode(row) for row in cursor.fetchall()] for decode, cursor in sent]
 
     def first(self, query: ReadQuery, params: Mapping[str, Any] | None = None) -> Any | None:
         """The first row of ``query`` or ``None``."""
         compiled = query.compiled(self._backend)
-        values = {**compiled.fixed, **params} if params else compiled.fixed
-        row = self._execute(compiled.sql, values).fetchone()
+        row = self._execute(compiled.sql, compiled.bind(params)).fetchone()
         return None if row is None else compiled.decode(row)
 
     def union(self, union: ReadUnion, params: Mapping[str, Any]) -> dict[str, list[Any]]:
@@ -209,7 +228,7 @@ class ReadConnection:
             rows = self.batch(*((query, params) for query in union.part_queries))
             return dict(zip(union.names, rows, strict=True))
         compiled = union.compiled(self._backend)
-        found = self._execute(compiled.sql, {**compiled.fixed, **params}).fetchall()
+        found = self._execute(compiled.sql, compiled.bind(params)).fetchall()
         result: dict[str, list[Any]] = compiled.decode(found)
         return result
 
@@ -261,7 +280,7 @@ class _Worker:
             target = make_conninfo(target, connect_timeout=PG_CONNECT_TIMEOUT_SECONDS)
         # Autocommit: a one-statement read is its own transaction (no BEGIN/COMMIT round
         # trips); a read of several statements opens REPEATABLE READ READ ONLY explicitly.
-        pg = psycopg.Connection.connect(target, autocommit=True)
+        pg = psycopg.Connection.connect(target, autocommit=True, cursor_factory=psycopg.RawCursor)
         try:
             pg.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
             pg.read_only = True

@@ -33,7 +33,7 @@ from sqlalchemy import Boolean, Integer, cast, func, literal_column, null, selec
 from sqlalchemy.sql import ColumnElement, Select
 from sqlalchemy.sql.elements import BindParameter
 
-from store.direct_reads import ReadQuery, compile_for
+from store.direct_reads import CompiledSql, ReadQuery
 
 __all__ = ["ReadUnion", "UnionPart"]
 
@@ -67,14 +67,13 @@ def _signature(statement: Select[Any]) -> tuple[tuple[str | None, str], ...]:
     return tuple((c.key, repr(c.type)) for c in statement.selected_columns)
 
 
-class _CompiledUnion:
+class _CompiledUnion(CompiledSql):
     """A :class:`ReadUnion` compiled for one dialect, with its row decoder."""
 
-    __slots__ = ("decode", "fixed", "sql")
+    __slots__ = ("decode",)
 
-    def __init__(self, sql: str, fixed: dict[str, Any], decode: Callable[[Any], Any]) -> None:
-        self.sql = sql
-        self.fixed = fixed
+    def __init__(self, statement: Any, backend: str, decode: Callable[[Any], Any]) -> None:
+        super().__init__(statement, backend)
         self.decode = decode
 
 
@@ -160,9 +159,8 @@ class ReadUnion:
             with self._lock:
                 found = self._compiled.get(backend)
                 if found is None:
-                    sql, fixed = compile_for(self.statement, backend)
                     found = self._compiled[backend] = _CompiledUnion(
-                        sql, fixed, self._decoder(backend)
+                        self.statement, backend, self._decoder(backend)
                     )
         return found
 

@@ -165,7 +165,9 @@ def session_read_set(
     session = session_record(sessions[0])
     children: list[SessionRecord] = []
     if session.is_live:
-        children = live_descendants_in_order(session_id, [session_record(r) for r in tree])
+        # The tree holds the Session itself; only its descendants become records.
+        descendants = [session_record(r) for r in tree if r.session_id != session_id]
+        children = live_descendants_in_order(session_id, descendants)
     return SessionReadSet(
         session=session,
         active_turn=turn_record(active[0]) if active else None,
