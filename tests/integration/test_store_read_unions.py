@@ -16,6 +16,7 @@ from typing import Any, TypeVar, cast
 
 import pytest
 from sqlalchemy import Engine, Table, insert, literal_column, select, update
+from sqlalchemy.orm import Session as OrmSession
 
 from services.host.repository import hot_reads
 from services.host.repository.row_records import session_record, turn_record
@@ -149,6 +150,13 @@ def _seed_tree(engine: Engine) -> None:
     _session(engine, "dead", created_at_unix_ms=7, tombstone_legacy=True, deleted_at_unix_ms=8)
 
 
+def _orm_session(engine: Engine, session_id: str) -> Any:
+    with OrmSession(engine) as orm:
+        row = orm.get(Session, ("ws-1", session_id))
+        assert row is not None
+        return session_record(row)
+
+
 async def _in_both_forms(url: str, read: Callable[[ReadConnection], ResultT]) -> list[ResultT]:
     """``read`` with its union as one statement (autocommit), then as one statement per part."""
     results = []
@@ -177,7 +185,9 @@ def test_get_sessions_aggregate_is_the_same_read_as_one_statement_or_by_parts(
         assert one is None
         return
     assert one is not None
-    assert one.session.session_id == session_id
+    # The same records the ORM rows give (the read selects only the columns records use).
+    assert one.session == _orm_session(sync_engine, session_id)
+    assert one.children == [_orm_session(sync_engine, c.session_id) for c in one.children]
     children = [c.session_id for c in one.children]
     if session_id == "root":
         assert one.session.settings.model == "m"

@@ -46,6 +46,19 @@ def _key(table: Table) -> ColumnElement[bool]:
     return and_(table.c.workspace_id == bindparam("ws"), table.c.session_id == bindparam("sid"))
 
 
+# What ``session_record`` reads: not the provider-private resume context or the launch-time
+# subagent catalog, which can be large and are never projected, for the Session and every
+# member of its tree.
+_UNREAD_SESSION_COLUMNS: Final = frozenset(
+    {
+        "provider_resume_json",
+        "launch_subagents_json",
+        "provider_target_ref",
+        "next_message_sequence",
+    }
+)
+_SESSION_COLUMNS: Final = [c for c in _S.c if c.key not in _UNREAD_SESSION_COLUMNS]
+
 # The Session's own columns as scalar subqueries, so that the parts of one read do not depend
 # on each other's results: each read below is one UNION ALL statement (ADR 0033).
 _ACTIVE_TURN_ID = select(_S.c.active_turn_id).where(_key(_S)).scalar_subquery()
@@ -54,7 +67,7 @@ _GUIDED_TURN_ID = (
     select(_M.c.turn_id).where(_key(_M), _M.c.message_id == bindparam("mid")).scalar_subquery()
 )
 
-_SESSION: Final = UnionPart(select(_S).where(_key(_S)))
+_SESSION: Final = UnionPart(select(*_SESSION_COLUMNS).where(_key(_S)))
 _ACTIVE_TURN: Final = UnionPart(select(_T).where(_key(_T), _T.c.turn_id == _ACTIVE_TURN_ID))
 _LATEST_TURN: Final = UnionPart(
     select(_T).where(_key(_T), _T.c.retracted_at_unix_ms.is_(None)),
@@ -66,7 +79,7 @@ _PENDING: Final = UnionPart(
     order_by=(_I.c.created_at_unix_ms, _I.c.turn_id, _I.c.request_id),
 )
 _LIVE_TREE: Final = UnionPart(
-    select(_S).where(
+    select(*_SESSION_COLUMNS).where(
         _S.c.workspace_id == bindparam("ws"),
         _S.c.root_session_id == _ROOT_ID,
         _S.c.deleted_at_unix_ms.is_(None),
@@ -211,7 +224,7 @@ class SubmissionRows:
     """A submission's durable rows, read by its identity (HOST-TURN-1)."""
 
     session: Any | None
-    """The Session row (a ``SessionRow``), live or tombstoned."""
+    """The Session row, live or tombstoned: the columns ``session_record`` reads."""
     message: Any | None
     """The user message row (a ``MessageRow``) the submission wrote."""
     submitted_turn: Any | None
