@@ -27,7 +27,7 @@ import threading
 from collections import namedtuple
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 from sqlalchemy import Boolean, Integer, cast, func, literal_column, null, select, union_all
 from sqlalchemy.sql import ColumnElement, Select
@@ -36,6 +36,9 @@ from sqlalchemy.sql.elements import BindParameter
 from store.direct_reads import CompiledSql, ReadQuery
 
 __all__ = ["ReadUnion", "UnionPart"]
+
+AnySelect: TypeAlias = Select[*tuple[Any, ...]]
+"""A ``select()`` of any number of columns."""
 
 _PART: Final = "union_part"
 _ORD: Final = "union_ord"
@@ -52,17 +55,17 @@ class UnionPart:
         limit: a fixed ``LIMIT`` or a ``bindparam``; ``None`` for every row.
     """
 
-    statement: Select[Any]
+    statement: AnySelect
     order_by: Sequence[ColumnElement[Any]] = field(default_factory=tuple)
     limit: int | BindParameter[Any] | None = None
 
 
-def _ordered(part: UnionPart) -> Select[Any]:
+def _ordered(part: UnionPart) -> AnySelect:
     statement = part.statement.order_by(*part.order_by)
     return statement if part.limit is None else statement.limit(part.limit)
 
 
-def _signature(statement: Select[Any]) -> tuple[tuple[str | None, str], ...]:
+def _signature(statement: AnySelect) -> tuple[tuple[str | None, str], ...]:
     # Parts with the same columns (name and type) can share slots.
     return tuple((c.key, repr(c.type)) for c in statement.selected_columns)
 
