@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import pytest
-from sqlalchemy import Engine, Table, insert, literal_column, select, update
+from sqlalchemy import Engine, Table, insert, literal_column, select, text, update
 from sqlalchemy.orm import Session as OrmSession
 
 from services.host.repository import hot_reads
@@ -448,3 +448,39 @@ def test_a_get_session_read_sees_one_committed_state_while_a_writer_commits(
         assert found.latest_turn.turn_id == f"t-{n}"
         assert [i.request_id for i in found.pending_interactions] == [f"q-{n}"]
     assert len(states) >= 2, "the reads never overlapped the writer"
+
+
+def test_a_one_statement_read_on_a_dropped_connection_reconnects(
+    migrated_db_url: str, sync_engine: Engine, backend: str
+) -> None:
+    """An autocommit read whose connection the server dropped (a restart, an idle timeout)
+    runs again on a new connection, as a transactional read does (ADR 0023)."""
+    if backend != "postgres":
+        pytest.skip("a SQLite file has no server to drop the connection")
+    _seed_tree(sync_engine)
+
+    def terminate_read_connections() -> None:
+        with sync_engine.connect() as admin:
+            admin.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE pid <> pg_backend_pid() AND datname = current_database()"
+                )
+            )
+
+    def read(conn: ReadConnection) -> Any:
+        return hot_reads.session_read_set(conn, "ws-1", "root")
+
+    async def run() -> list[Any]:
+        reads = DirectReads(migrated_db_url, connections=1)
+        try:
+            found = [await reads.run(read, one_statement=True)]
+            terminate_read_connections()
+            found.append(await reads.run(read, one_statement=True))
+            return found
+        finally:
+            await reads.close()
+
+    before, after = asyncio.run(run())
+    assert before is not None
+    assert before == after
