@@ -26,7 +26,10 @@ Stacks:
 * ``psycopg`` (Postgres) — psycopg 3's ``AsyncConnection`` used directly, four connections,
   server-side prepared statements (``prepare=True``);
 * ``psycopg-thread`` (Postgres) — psycopg 3's sync ``Connection``, prepared statements, the
-  transaction in one hop to a dedicated thread per connection (four connections).
+  transaction in one hop to a dedicated thread per connection (four connections);
+* ``psycopg-union`` (Postgres) — the same sync connection on a thread, the five statements as
+  one ``UNION ALL`` statement (``store.read_unions``) in autocommit: one round trip, no
+  ``BEGIN``/``COMMIT`` (ADR 0033), rows split by part but not built into records.
 
 The JSON (``bench/results/storage_stack_bench.json``) records the command line and every
 figure.
@@ -56,6 +59,7 @@ from sqlalchemy import Table, bindparam, create_engine, insert, select, update
 from bench.host_bench import cpu_seconds, database
 from store.engine import create_async_engine_for
 from store.models import Interaction, Session, Turn
+from store.read_unions import ReadUnion, UnionPart
 
 WORKSPACE = "ws-bench"
 SESSION = "s-bench"
@@ -63,7 +67,7 @@ CONCURRENCY = 32
 CONNECTIONS = 4
 STACKS = {
     "sqlite": ("host", "core", "core-thread", "sqlite3-thread"),
-    "postgres": ("host", "core", "core-thread", "psycopg", "psycopg-thread"),
+    "postgres": ("host", "core", "core-thread", "psycopg", "psycopg-thread", "psycopg-union"),
 }
 RESULTS = Path(__file__).parent / "results" / "storage_stack_bench.json"
 
@@ -108,6 +112,36 @@ CORE_TREE = (
         _S.c.deleted_at_unix_ms.is_(None),
     )
     .order_by(_S.c.created_at_unix_ms, _S.c.session_id)
+)
+
+# The five as one statement; the tree's root and the active Turn by scalar subquery.
+_KEY = (_S.c.workspace_id == bindparam("ws"), _S.c.session_id == bindparam("sid"))
+UNION = ReadUnion(
+    session=UnionPart(select(_S).where(*_KEY)),
+    turn=UnionPart(
+        select(_T).where(
+            _T.c.workspace_id == bindparam("ws"),
+            _T.c.session_id == bindparam("sid"),
+            _T.c.turn_id == select(_S.c.active_turn_id).where(*_KEY).scalar_subquery(),
+        )
+    ),
+    latest=UnionPart(
+        CORE_LATEST.limit(None).order_by(None),
+        order_by=(_T.c.created_at_unix_ms.desc(), _T.c.turn_id.desc()),
+        limit=1,
+    ),
+    pending=UnionPart(
+        CORE_PENDING.order_by(None),
+        order_by=(_I.c.created_at_unix_ms, _I.c.turn_id, _I.c.request_id),
+    ),
+    tree=UnionPart(
+        select(_S).where(
+            _S.c.workspace_id == bindparam("ws"),
+            _S.c.root_session_id == select(_S.c.root_session_id).where(*_KEY).scalar_subquery(),
+            _S.c.deleted_at_unix_ms.is_(None),
+        ),
+        order_by=(_S.c.created_at_unix_ms, _S.c.session_id),
+    ),
 )
 
 # The same statements as plain SQL for the drivers used directly (named / positional).
@@ -410,8 +444,31 @@ async def psycopg_thread_stack(
     return _on_dedicated_threads(transaction)
 
 
+async def psycopg_union_stack(
+    url: str,
+) -> tuple[Callable[[], Awaitable[int]], Callable[[], Awaitable[None]]]:
+    """The read set as one ``UNION ALL`` statement in autocommit, psycopg's raw cursor."""
+    conninfo = url.replace("postgresql+psycopg://", "postgresql://")
+    compiled = UNION.compiled("postgresql")
+    local = threading.local()
+
+    def statement() -> int:
+        conn = getattr(local, "conn", None)
+        if conn is None:
+            conn = local.conn = psycopg.Connection.connect(
+                conninfo, autocommit=True, cursor_factory=psycopg.RawCursor
+            )
+        params = compiled.bind({"ws": WORKSPACE, "sid": SESSION})
+        parts = compiled.decode(conn.execute(compiled.sql, params, prepare=True).fetchall())
+        assert parts["session"]
+        return sum(len(rows) for rows in parts.values())
+
+    return _on_dedicated_threads(statement)
+
+
 FACTORIES = {
     "psycopg-thread": psycopg_thread_stack,
+    "psycopg-union": psycopg_union_stack,
     "host": host_stack,
     "core": core_stack,
     "core-thread": core_thread_stack,

@@ -85,10 +85,13 @@ class HostContext:
         """
         return await unit_of_work.run(self.database, command, write=write, outbox=self.activity.log)
 
-    async def read(self, read: Callable[[ReadConnection], ResultT]) -> ResultT:
+    async def read(
+        self, read: Callable[[ReadConnection], ResultT], *, one_statement: bool = False
+    ) -> ResultT:
         """Run a synchronous hot read (``repository.hot_reads``) in one read transaction.
 
         The read runs on a store read thread (``store.direct_reads``): one event-loop hop for
-        the whole read.
+        the whole read. A read of exactly one statement says so (``one_statement``) and runs
+        in autocommit, its own snapshot without ``BEGIN``/``COMMIT`` (ADR 0033).
         """
-        return await self.database.reads.run(read)
+        return await self.database.reads.run(read, one_statement=one_statement)

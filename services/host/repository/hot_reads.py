@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
-from sqlalchemy import Table, bindparam, select
+from sqlalchemy import Table, and_, bindparam, select
+from sqlalchemy.sql import ColumnElement
 
 from services.host.model.records import InteractionRecord, SessionRecord, TurnRecord
 from services.host.repository.row_records import (
@@ -22,8 +23,9 @@ from services.host.repository.row_records import (
     session_record,
     turn_record,
 )
-from store.direct_reads import ReadConnection, ReadQuery
+from store.direct_reads import ReadConnection
 from store.models import Interaction, Message, Session, Turn
+from store.read_unions import ReadUnion, UnionPart
 
 __all__ = [
     "SessionReadSet",
@@ -39,112 +41,90 @@ _T = cast(Table, Turn.__table__)
 _I = cast(Table, Interaction.__table__)
 _M = cast(Table, Message.__table__)
 
-_SESSION: Final = ReadQuery(
-    select(_S).where(_S.c.workspace_id == bindparam("ws"), _S.c.session_id == bindparam("sid"))
+
+def _key(table: Table) -> ColumnElement[bool]:
+    return and_(table.c.workspace_id == bindparam("ws"), table.c.session_id == bindparam("sid"))
+
+
+# What ``session_record`` reads: not the provider-private resume context or the launch-time
+# subagent catalog, which can be large and are never projected, for the Session and every
+# member of its tree.
+_UNREAD_SESSION_COLUMNS: Final = frozenset(
+    {
+        "provider_resume_json",
+        "launch_subagents_json",
+        "provider_target_ref",
+        "next_message_sequence",
+    }
 )
-# The Session's own columns as scalar subqueries, so that the statements of one read do not
-# depend on each other's results and go to ReadConnection.batch together.
-_ACTIVE_TURN_ID = (
-    select(_S.c.active_turn_id)
-    .where(_S.c.workspace_id == bindparam("ws"), _S.c.session_id == bindparam("sid"))
-    .scalar_subquery()
+_SESSION_COLUMNS: Final = [c for c in _S.c if c.key not in _UNREAD_SESSION_COLUMNS]
+
+# The Session's own columns as scalar subqueries, so that the parts of one read do not depend
+# on each other's results: each read below is one UNION ALL statement (ADR 0033).
+_ACTIVE_TURN_ID = select(_S.c.active_turn_id).where(_key(_S)).scalar_subquery()
+_ROOT_ID = select(_S.c.root_session_id).where(_key(_S)).scalar_subquery()
+_GUIDED_TURN_ID = (
+    select(_M.c.turn_id).where(_key(_M), _M.c.message_id == bindparam("mid")).scalar_subquery()
 )
-_ROOT_ID = (
-    select(_S.c.root_session_id)
-    .where(_S.c.workspace_id == bindparam("ws"), _S.c.session_id == bindparam("sid"))
-    .scalar_subquery()
+
+_SESSION: Final = UnionPart(select(*_SESSION_COLUMNS).where(_key(_S)))
+_ACTIVE_TURN: Final = UnionPart(select(_T).where(_key(_T), _T.c.turn_id == _ACTIVE_TURN_ID))
+_LATEST_TURN: Final = UnionPart(
+    select(_T).where(_key(_T), _T.c.retracted_at_unix_ms.is_(None)),
+    order_by=(_T.c.created_at_unix_ms.desc(), _T.c.turn_id.desc()),
+    limit=1,
 )
-_ACTIVE_TURN: Final = ReadQuery(
-    select(_T).where(
-        _T.c.workspace_id == bindparam("ws"),
-        _T.c.session_id == bindparam("sid"),
-        _T.c.turn_id == _ACTIVE_TURN_ID,
-    )
+_PENDING: Final = UnionPart(
+    select(_I).where(_key(_I), _I.c.status == "pending", _I.c.actionable.is_(True)),
+    order_by=(_I.c.created_at_unix_ms, _I.c.turn_id, _I.c.request_id),
 )
-_TURN_BY_SUBMIT: Final = ReadQuery(
-    select(_T).where(
-        _T.c.workspace_id == bindparam("ws"),
-        _T.c.session_id == bindparam("sid"),
-        _T.c.client_submit_id == bindparam("submit"),
-    )
-)
-_LATEST_TURN: Final = ReadQuery(
-    select(_T)
-    .where(
-        _T.c.workspace_id == bindparam("ws"),
-        _T.c.session_id == bindparam("sid"),
-        _T.c.retracted_at_unix_ms.is_(None),
-    )
-    .order_by(_T.c.created_at_unix_ms.desc(), _T.c.turn_id.desc())
-    .limit(1)
-)
-_PENDING: Final = ReadQuery(
-    select(_I)
-    .where(
-        _I.c.workspace_id == bindparam("ws"),
-        _I.c.session_id == bindparam("sid"),
-        _I.c.status == "pending",
-        _I.c.actionable.is_(True),
-    )
-    .order_by(_I.c.created_at_unix_ms, _I.c.turn_id, _I.c.request_id)
-)
-_LIVE_TREE: Final = ReadQuery(
-    select(_S)
-    .where(
+_LIVE_TREE: Final = UnionPart(
+    select(*_SESSION_COLUMNS).where(
         _S.c.workspace_id == bindparam("ws"),
         _S.c.root_session_id == _ROOT_ID,
         _S.c.deleted_at_unix_ms.is_(None),
-    )
-    .order_by(_S.c.created_at_unix_ms, _S.c.session_id)
+    ),
+    order_by=(_S.c.created_at_unix_ms, _S.c.session_id),
 )
-_MESSAGE: Final = ReadQuery(
-    select(_M).where(
-        _M.c.workspace_id == bindparam("ws"),
-        _M.c.session_id == bindparam("sid"),
-        _M.c.message_id == bindparam("mid"),
-    )
+_SESSION_READ_SET: Final = ReadUnion(
+    session=_SESSION,
+    active=_ACTIVE_TURN,
+    latest=_LATEST_TURN,
+    pending=_PENDING,
+    tree=_LIVE_TREE,
 )
-_GUIDED_TURN: Final = ReadQuery(
-    select(_T).where(
-        _T.c.workspace_id == bindparam("ws"),
-        _T.c.session_id == bindparam("sid"),
-        _T.c.turn_id
-        == (
-            select(_M.c.turn_id)
-            .where(
-                _M.c.workspace_id == bindparam("ws"),
-                _M.c.session_id == bindparam("sid"),
-                _M.c.message_id == bindparam("mid"),
-            )
-            .scalar_subquery()
+
+_MESSAGE: Final = UnionPart(select(_M).where(_key(_M), _M.c.message_id == bindparam("mid")))
+_TURN_BY_SUBMIT: Final = UnionPart(
+    select(_T).where(_key(_T), _T.c.client_submit_id == bindparam("submit"))
+)
+_GUIDED_TURN: Final = UnionPart(select(_T).where(_key(_T), _T.c.turn_id == _GUIDED_TURN_ID))
+_SUBMISSION: Final = ReadUnion(session=_SESSION, message=_MESSAGE, submitted=_TURN_BY_SUBMIT)
+_GUIDANCE: Final = ReadUnion(
+    session=_SESSION, message=_MESSAGE, submitted=_TURN_BY_SUBMIT, guided=_GUIDED_TURN
+)
+
+_MESSAGE_VERSION: Final = UnionPart(select(_S.c.message_version).where(_key(_S)))
+
+
+def _message_page_read(*, descending: bool) -> ReadUnion:
+    # Open bounds are passed as the widest values, so one statement serves every cursor.
+    return ReadUnion(
+        version=_MESSAGE_VERSION,
+        page=UnionPart(
+            select(_M).where(
+                _key(_M),
+                _M.c.version > bindparam("after"),
+                _M.c.version < bindparam("before"),
+            ),
+            order_by=(_M.c.version.desc() if descending else _M.c.version.asc(),),
+            limit=bindparam("limit"),
         ),
     )
-)
-_MESSAGE_VERSION: Final = ReadQuery(
-    select(_S.c.message_version).where(
-        _S.c.workspace_id == bindparam("ws"), _S.c.session_id == bindparam("sid")
-    )
-)
 
 
-def _message_page_query(*, descending: bool) -> ReadQuery:
-    # Open bounds are passed as the widest values, so one statement serves every cursor.
-    order = _M.c.version.desc() if descending else _M.c.version.asc()
-    return ReadQuery(
-        select(_M)
-        .where(
-            _M.c.workspace_id == bindparam("ws"),
-            _M.c.session_id == bindparam("sid"),
-            _M.c.version > bindparam("after"),
-            _M.c.version < bindparam("before"),
-        )
-        .order_by(order)
-        .limit(bindparam("limit"))
-    )
-
-
-_PAGE_ASC: Final = _message_page_query(descending=False)
-_PAGE_DESC: Final = _message_page_query(descending=True)
+_PAGE_ASC: Final = _message_page_read(descending=False)
+_PAGE_DESC: Final = _message_page_read(descending=True)
 _BELOW_EVERY_VERSION: Final = -1
 _ABOVE_EVERY_VERSION: Final = 2**63 - 1
 
@@ -185,20 +165,22 @@ def session_read_set(
     conn: ReadConnection, workspace_id: str, session_id: str
 ) -> SessionReadSet | None:
     """The Session (live or tombstoned) with its Turns, pending Interactions and live tree."""
-    key = {"ws": workspace_id, "sid": session_id}
-    sessions, active, latest, pending, tree = conn.batch(
-        (_SESSION, key),
-        (_ACTIVE_TURN, key),
-        (_LATEST_TURN, key),
-        (_PENDING, key),
-        (_LIVE_TREE, key),
+    parts = conn.union(_SESSION_READ_SET, {"ws": workspace_id, "sid": session_id})
+    sessions, active, latest, pending, tree = (
+        parts["session"],
+        parts["active"],
+        parts["latest"],
+        parts["pending"],
+        parts["tree"],
     )
     if not sessions:
         return None
     session = session_record(sessions[0])
     children: list[SessionRecord] = []
     if session.is_live:
-        children = live_descendants_in_order(session_id, [session_record(r) for r in tree])
+        # The tree holds the Session itself; only its descendants become records.
+        descendants = [session_record(r) for r in tree if r.session_id != session_id]
+        children = live_descendants_in_order(session_id, descendants)
     return SessionReadSet(
         session=session,
         active_turn=turn_record(active[0]) if active else None,
@@ -223,16 +205,15 @@ def message_page(
     The page holds up to ``limit`` messages strictly between the version bounds, in version
     order; ``None`` when the Session does not exist.
     """
-    key = {"ws": workspace_id, "sid": session_id}
     bounds = {
-        **key,
+        "ws": workspace_id,
+        "sid": session_id,
         "after": _BELOW_EVERY_VERSION if after_version is None else after_version,
         "before": _ABOVE_EVERY_VERSION if before_version is None else before_version,
         "limit": limit,
     }
-    version, rows = conn.batch(
-        (_MESSAGE_VERSION, key), (_PAGE_DESC if descending else _PAGE_ASC, bounds)
-    )
+    parts = conn.union(_PAGE_DESC if descending else _PAGE_ASC, bounds)
+    version, rows = parts["version"], parts["page"]
     if not version:
         return None
     return int(version[0].message_version), [message_record(r) for r in rows]
@@ -243,7 +224,7 @@ class SubmissionRows:
     """A submission's durable rows, read by its identity (HOST-TURN-1)."""
 
     session: Any | None
-    """The Session row (a ``SessionRow``), live or tombstoned."""
+    """The Session row, live or tombstoned: the columns ``session_record`` reads."""
     message: Any | None
     """The user message row (a ``MessageRow``) the submission wrote."""
     submitted_turn: Any | None
@@ -262,17 +243,12 @@ def submission_rows(
     guidance: bool,
 ) -> SubmissionRows:
     """The rows of the submission ``client_submit_id`` wrote (its message id ``message_id``)."""
-    key = {"ws": workspace_id, "sid": session_id}
-    by_id = {**key, "mid": message_id}
-    calls = [
-        (_SESSION, key),
-        (_MESSAGE, by_id),
-        (_TURN_BY_SUBMIT, {**key, "submit": client_submit_id}),
-    ]
-    if guidance:
-        calls.append((_GUIDED_TURN, by_id))
-    sessions, messages, submitted, *rest = conn.batch(*calls)
-    guided = rest[0] if rest else []
+    parts = conn.union(
+        _GUIDANCE if guidance else _SUBMISSION,
+        {"ws": workspace_id, "sid": session_id, "mid": message_id, "submit": client_submit_id},
+    )
+    sessions, messages, submitted = parts["session"], parts["message"], parts["submitted"]
+    guided = parts.get("guided", [])
     return SubmissionRows(
         sessions[0] if sessions else None,
         messages[0] if messages else None,

@@ -388,7 +388,9 @@ async def get_session(ctx: HostContext, workspace_id: str, session_id: str) -> S
         NotFound: ``SESSION_NOT_FOUND`` or ``SESSION_DELETED``.
     """
     validate_session_id(session_id)
-    found = await ctx.read(lambda conn: hot_reads.session_read_set(conn, workspace_id, session_id))
+    found = await ctx.read(
+        lambda conn: hot_reads.session_read_set(conn, workspace_id, session_id), one_statement=True
+    )
     if found is None:
         raise session_not_found(workspace_id, session_id)
     return SessionDetail(

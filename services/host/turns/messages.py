@@ -65,7 +65,8 @@ async def list_messages(
             before_version=before_version,
             limit=size + 1,
             descending=descending,
-        )
+        ),
+        one_statement=True,
     )
     if found is None:
         raise session_not_found(workspace_id, session_id)

@@ -207,7 +207,8 @@ async def _durable_rows(ctx: HostContext, submission: Submission) -> hot_reads.S
             user_message_id(submission.client_submit_id),
             submission.client_submit_id,
             guidance=submission.delivery == "guidance",
-        )
+        ),
+        one_statement=True,
     )
 
 
