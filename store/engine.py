@@ -23,6 +23,7 @@ from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
 
+from store.aiosqlite_one_hop import one_hop_dbapi
 from store.write_queue import SqliteWriteSlotTimeout, WriteQueue
 
 __all__ = [
@@ -243,6 +244,8 @@ def create_async_engine_for(
             raise ValueError(
                 f"sqlite_synchronous must be one of {sorted(SQLITE_SYNCHRONOUS_MODES)}"
             )
+        # One thread hop per statement instead of four (store.aiosqlite_one_hop).
+        engine_kwargs.setdefault("module", one_hop_dbapi())
         engine = create_async_engine(normalized, echo=echo, **engine_kwargs)
         _install_sqlite_listeners(engine.sync_engine, sqlite_busy_timeout_ms, synchronous)
         _WRITE_GATES[engine.sync_engine] = WriteQueue(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
@@ -13,6 +14,7 @@ from services.host.activity.broker import CommittedBatch, LiveDelta
 from services.host.activity.events import MessageDelta
 from services.host.activity.feed import ActivityFeed, FeedSettings, WatchReady, watch_activity
 from services.host.repository import unit_of_work
+from services.host.repository.activity_events import NewEventRow
 from services.host.repository.unit_of_work import HostTransaction
 from services.host.wire.activity_codec import ProtoEventCodec
 from store.database import Database
@@ -81,6 +83,51 @@ def test_a_slow_consumer_gets_a_typed_error_not_unbounded_memory(migrated_db_url
         await stream.aclose()
         assert feed.broker.subscriber_count() == 0
         await feed.stop(database)
+        await database.stop()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.spec("HOST-OBS-1")
+def test_one_append_of_many_rows_keeps_their_order_and_each_workspace_previous_id(
+    migrated_db_url: str,
+) -> None:
+    """The rows of one append go in as one ``INSERT``; ids still follow the rows' order."""
+
+    def row(workspace_id: str, index: int) -> NewEventRow:
+        return NewEventRow(workspace_id, f"s{index}", "turn_update", f"{index}".encode(), index)
+
+    async def append(database: Database, rows: list[NewEventRow]) -> dict[str, Any]:
+        async def command(tx: HostTransaction) -> dict[str, Any]:
+            return await tx.events.append(rows)
+
+        return await unit_of_work.run(database, command)
+
+    async def scenario() -> None:
+        database = Database(migrated_db_url)
+        await database.start()
+        first = [row("ws-a", 0)]
+        assert await append(database, first) == {"ws-a": (0, [1])}
+        # Two workspaces interleaved in one append.
+        second = [row("ws-b" if index % 3 == 0 else "ws-a", index) for index in range(1, 12)]
+        appended = await append(database, second)
+        assert appended["ws-a"][0] == 1  # the previous append's id
+        assert appended["ws-b"][0] == 0
+        ids = {ws: iter(new_ids) for ws, (_, new_ids) in appended.items()}
+        expected = [(next(ids[item.workspace_id]), item.payload) for item in second]
+        # Row i of the append got the i-th id: ascending in input order, gap-free.
+        assert [event_id for event_id, _ in expected] == list(range(2, 13))
+        async with AsyncSession(database.engine) as db:
+            stored = (
+                await db.execute(
+                    select(ActivityEvent.id, ActivityEvent.payload)
+                    .where(ActivityEvent.id > 1)
+                    .order_by(ActivityEvent.id)
+                )
+            ).all()
+        assert [(event_id, bytes(payload)) for event_id, payload in stored] == expected
+        third = await append(database, [row("ws-b", 20), row("ws-a", 21)])
+        assert third == {"ws-b": (10, [13]), "ws-a": (12, [14])}
         await database.stop()
 
     asyncio.run(scenario())

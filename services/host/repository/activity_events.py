@@ -26,6 +26,7 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
+    bindparam,
     column,
     delete,
     exists,
@@ -65,6 +66,16 @@ _Retention = ActivityEventRetention
 # Core tables: statements on them are not ORM-enabled (no session synchronization).
 _EVENTS_TABLE: Final = cast(Table, ActivityEvent.__table__)
 _RETENTION_TABLE: Final = cast(Table, ActivityEventRetention.__table__)
+
+
+# Built once (compiled-statement cache): the append runs in every writing transaction.
+_LOCK_APPENDS: Final = text("SELECT pg_advisory_xact_lock(:key)")
+_WORKSPACE_HEAD: Final = select(func.max(_EVENTS_TABLE.c.id)).where(
+    _EVENTS_TABLE.c.workspace_id == bindparam("workspace_id")
+)
+_INSERT_EVENTS: Final = insert(_EVENTS_TABLE).returning(
+    _EVENTS_TABLE.c.id, sort_by_parameter_order=True
+)
 
 
 @dataclass(frozen=True)
@@ -132,38 +143,39 @@ class EventLogRepository:
         The previous id (the workspace's highest committed event id before this append, 0
         when none) is exact because appends are serialized: a live subscriber that already
         emitted it can emit the new rows directly, without a read
-        (``services.host.activity.feed``).
+        (``services.host.activity.feed``). The rows go in as one ``INSERT`` with ids in row
+        order (one statement on Postgres; SQLite's ``RETURNING`` order is unspecified, so
+        SQLAlchemy sends that ordered insert one row at a time there).
         """
         if not rows:
             return {}
         if self._db.get_bind().dialect.name == "postgresql":
-            await self._db.execute(
-                text("SELECT pg_advisory_xact_lock(:key)"), {"key": EVENT_APPEND_LOCK}
-            )
+            await self._db.execute(_LOCK_APPENDS, {"key": EVENT_APPEND_LOCK})
         result: dict[str, tuple[int, list[int]]] = {}
         for row in rows:
             if row.workspace_id not in result:
                 previous = (
-                    await self._db.execute(
-                        select(func.max(ActivityEvent.id)).where(
-                            ActivityEvent.workspace_id == row.workspace_id
-                        )
-                    )
+                    await self._db.execute(_WORKSPACE_HEAD, {"workspace_id": row.workspace_id})
                 ).scalar_one_or_none()
                 result[row.workspace_id] = (int(previous or 0), [])
-            new_id = (
-                await self._db.execute(
-                    insert(ActivityEvent)
-                    .values(
-                        workspace_id=row.workspace_id,
-                        session_id=row.session_id,
-                        event_type=row.event_type,
-                        payload=row.payload,
-                        created_at_unix_ms=row.created_at_unix_ms,
-                    )
-                    .returning(ActivityEvent.id)
-                )
-            ).scalar_one()
+        # One multi-row INSERT for the whole set; SQLAlchemy returns the ids in the order of
+        # the parameter rows (``sort_by_parameter_order``), so row i gets the i-th id.
+        new_ids = (
+            await self._db.execute(
+                _INSERT_EVENTS,
+                [
+                    {
+                        "workspace_id": row.workspace_id,
+                        "session_id": row.session_id,
+                        "event_type": row.event_type,
+                        "payload": row.payload,
+                        "created_at_unix_ms": row.created_at_unix_ms,
+                    }
+                    for row in rows
+                ],
+            )
+        ).scalars()
+        for row, new_id in zip(rows, new_ids, strict=True):
             result[row.workspace_id][1].append(int(new_id))
         return result
 

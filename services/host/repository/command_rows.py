@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from sqlalchemy import and_, delete, insert, select
+from sqlalchemy import and_, bindparam, delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from services.host.repository.changes import apply_fields
@@ -42,6 +42,25 @@ _SETTLED_OPERATION_ROWS: Final = (
     )
     .where(_Outbox.state == "completed", _Operation.state == "completed")
     .limit(PRUNE_BATCH)
+)
+
+
+# Built once (compiled-statement cache): the dispatch of every command and every
+# acknowledgement run these.
+_PENDING_OF_SESSION: Final = (
+    select(_Outbox)
+    .where(
+        _Outbox.workspace_id == bindparam("workspace_id"),
+        _Outbox.state == "pending",
+        _Outbox.session_id == bindparam("session_id"),
+    )
+    .order_by(_Outbox.id)
+    .with_for_update()
+    .execution_options(populate_existing=True)
+)
+_BY_COMMAND_ID: Final = select(_Outbox).where(_Outbox.command_id == bindparam("command_id"))
+_BY_COMMAND_ID_LOCKED: Final = _BY_COMMAND_ID.with_for_update().execution_options(
+    populate_existing=True
 )
 
 
@@ -82,6 +101,7 @@ class RuntimeCommandRepository:
 
     def __init__(self, session: AsyncSession) -> None:
         self._db = session
+        self._staged: list[RuntimeCommandOutbox] = []
 
     def add_pending(
         self,
@@ -96,9 +116,9 @@ class RuntimeCommandRepository:
 
         ``encoded`` is the ``RuntimeCommand`` oneof field name and its payload JSON.
         """
-        self._db.add(
-            RuntimeCommandOutbox(**_pending(route, command_id, encoded, operation_id, now))
-        )
+        row = RuntimeCommandOutbox(**_pending(route, command_id, encoded, operation_id, now))
+        self._db.add(row)
+        self._staged.append(row)
 
     async def insert_pending(
         self,
@@ -163,10 +183,8 @@ class RuntimeCommandRepository:
         acknowledgement and a withdrawal of the same command serialize, and the later one sees
         what the earlier one committed.
         """
-        query = select(RuntimeCommandOutbox).where(RuntimeCommandOutbox.command_id == command_id)
-        if lock:
-            query = query.with_for_update().execution_options(populate_existing=True)
-        return (await self._db.execute(query)).scalars().first()
+        query = _BY_COMMAND_ID_LOCKED if lock else _BY_COMMAND_ID
+        return (await self._db.execute(query, {"command_id": command_id})).scalars().first()
 
     async def of_operation(
         self, workspace_id: str, session_id: str, operation_id: str, kind: str
@@ -235,18 +253,11 @@ class RuntimeCommandRepository:
         first and then locked in id order (:meth:`lock_open`), the order every dispatcher
         locks in, so two dispatchers never wait on each other in opposite order.
         """
+        if len(session_ids) == 1:
+            return await self._pending_of_session(workspace_id, session_ids[0])
         pending = (RuntimeCommandOutbox.workspace_id == workspace_id) & (
             RuntimeCommandOutbox.state == "pending"
         )
-        if len(session_ids) == 1:
-            query = (
-                select(RuntimeCommandOutbox)
-                .where(pending, RuntimeCommandOutbox.session_id == session_ids[0])
-                .order_by(RuntimeCommandOutbox.id)
-                .with_for_update()
-                .execution_options(populate_existing=True)
-            )
-            return list((await self._db.execute(query)).scalars().all())
         ids: list[int] = []
         for start in range(0, len(session_ids), _SESSION_CHUNK):
             chunk = list(session_ids[start : start + _SESSION_CHUNK])
@@ -260,3 +271,31 @@ class RuntimeCommandRepository:
                 ).scalars()
             )
         return [row for row in await self.lock_open(sorted(ids)) if row.state == "pending"]
+
+    async def _pending_of_session(self, workspace_id: str, session_id: str) -> list[CommandRow]:
+        """One Session's ``pending`` rows, locked, oldest first; staged rows included unwritten.
+
+        A dispatcher marks the rows it returns ``dispatched``. A row staged by
+        :meth:`add_pending` in this transaction and not flushed yet is returned as it is, after
+        the stored ones (its id, given at the flush, is higher), so marking it folds into its
+        ``INSERT`` instead of costing an ``INSERT`` and then an ``UPDATE``. That holds only
+        while no stored outbox row has an unflushed change (one set back to ``pending`` or
+        deleted in this transaction); otherwise everything is flushed first, as before.
+        """
+        params = {"workspace_id": workspace_id, "session_id": session_id}
+        staged = [row for row in self._staged if row in self._db.new]
+        if not staged or any(
+            isinstance(row, RuntimeCommandOutbox) for row in (*self._db.dirty, *self._db.deleted)
+        ):
+            return list((await self._db.execute(_PENDING_OF_SESSION, params)).scalars().all())
+        with self._db.no_autoflush:
+            stored: list[CommandRow] = list(
+                (await self._db.execute(_PENDING_OF_SESSION, params)).scalars().all()
+            )
+        return stored + [
+            row
+            for row in staged
+            if row.workspace_id == workspace_id
+            and row.session_id == session_id
+            and row.state == "pending"
+        ]

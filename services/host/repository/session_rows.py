@@ -24,6 +24,20 @@ _LOCK_IF_ROOT: Final = (
 )
 
 
+# Built once (compiled-statement cache): both run in every submit transaction.
+_TARGET: Final = select(AgentTarget).where(
+    AgentTarget.agent_target_id == bindparam("agent_target_id"),
+    or_(
+        AgentTarget.workspace_id == bindparam("workspace_id"),
+        AgentTarget.workspace_id == DEPLOYMENT_WORKSPACE_KEY,
+    ),
+)
+_CURSOR_STATE: Final = select(Session.active_turn_id, Session.message_version).where(
+    Session.workspace_id == bindparam("workspace_id"),
+    Session.session_id == bindparam("session_id"),
+)
+
+
 class SessionRowRepository:
     """Reads and locks Session rows; allocates message cursors."""
 
@@ -73,13 +87,8 @@ class SessionRowRepository:
         self, workspace_id: str, session_id: str
     ) -> tuple[str | None, int] | None:
         """The Session's active Turn id and message version (``None`` when it does not exist)."""
-        row = (
-            await self._db.execute(
-                select(Session.active_turn_id, Session.message_version).where(
-                    Session.workspace_id == workspace_id, Session.session_id == session_id
-                )
-            )
-        ).one_or_none()
+        params = {"workspace_id": workspace_id, "session_id": session_id}
+        row = (await self._db.execute(_CURSOR_STATE, params)).one_or_none()
         return None if row is None else (row[0], int(row[1]))
 
     def request_reconcile(self, workspace_id: str, session_id: str) -> None:
@@ -105,21 +114,8 @@ class SessionRowRepository:
 
     async def target(self, workspace_id: str, agent_target_id: str) -> TargetRow | None:
         """The Session's agent target: workspace-private first, else deployment-wide."""
-        rows = (
-            (
-                await self._db.execute(
-                    select(AgentTarget).where(
-                        AgentTarget.agent_target_id == agent_target_id,
-                        or_(
-                            AgentTarget.workspace_id == workspace_id,
-                            AgentTarget.workspace_id == DEPLOYMENT_WORKSPACE_KEY,
-                        ),
-                    )
-                )
-            )
-            .scalars()
-            .all()
-        )
+        params = {"workspace_id": workspace_id, "agent_target_id": agent_target_id}
+        rows = (await self._db.execute(_TARGET, params)).scalars().all()
         rows = sorted(rows, key=lambda row: row.workspace_id == DEPLOYMENT_WORKSPACE_KEY)
         return rows[0] if rows else None
 

@@ -45,7 +45,7 @@ from services.host.repository.row_records import (
     session_record,
     turn_record,
 )
-from services.host.repository.row_views import MessageRow, SessionRow, TurnRow
+from services.host.repository.row_views import MessageRow, SessionRow, TargetRow, TurnRow
 from services.host.repository.unit_of_work import HostTransaction
 from services.host.runtime.commands import (
     Guidance,
@@ -76,6 +76,14 @@ def runtime_unavailable(session: SessionRow) -> Unavailable:
         metadata={"provider": session.provider, "agent_target_id": session.agent_target_id or ""},
         retry_after_seconds=RUNTIME_RETRY_SECONDS,
     )
+
+
+class _Unread:
+    """The type of :data:`UNREAD`."""
+
+
+UNREAD = _Unread()
+"""``session_context``'s default: the agent target has not been read yet."""
 
 
 def user_message_id(client_submit_id: str) -> str:
@@ -259,7 +267,7 @@ async def persist_submission(
         turn = await repos.turns.by_client_submit_id(ws, sid, submission.client_submit_id)
         check_replay(submission, existing, turn)
         return True, None
-    await _check_deliverable(ctx, repos, session, submission)
+    target = await _check_deliverable(ctx, repos, session, submission)
     now = ctx.clock()
     active = (
         await repos.turns.get(ws, sid, session.active_turn_id) if session.active_turn_id else None
@@ -286,14 +294,17 @@ async def persist_submission(
             repos, ctx, session, InterruptTurn(active.turn_id, InterruptReason.DELIVERY)
         )
         interrupted = active.turn_id
-    await _start_turn(ctx, repos, session, submission, rewrite, now)
+    await _start_turn(ctx, repos, session, target, submission, rewrite, now)
     return False, interrupted
 
 
 async def _check_deliverable(
     ctx: HostContext, repos: HostTransaction, session: SessionRow, submission: Submission
-) -> None:
+) -> TargetRow | None:
     """Refuse a submission no enabled target and connected runtime can take.
+
+    Returns:
+        The Session's agent target row (``None`` without one), read once per submission.
 
     Raises:
         FailedPrecondition: ``AGENT_TARGET_UNAVAILABLE`` or ``DELIVERY_MODE_UNSUPPORTED``.
@@ -301,6 +312,7 @@ async def _check_deliverable(
     """
     ws = session.workspace_id
     capabilities = Capabilities.from_json(session.capabilities_json)
+    target = None
     if session.agent_target_id:
         target = await repos.session_rows.target(ws, session.agent_target_id)
         if target is not None:
@@ -323,6 +335,7 @@ async def _check_deliverable(
                 reason="DELIVERY_MODE_UNSUPPORTED",
                 metadata={"delivery": submission.delivery},
             )
+    return target
 
 
 def _guide(
@@ -359,11 +372,15 @@ async def _start_turn(
     ctx: HostContext,
     repos: HostTransaction,
     session: SessionRow,
+    target: TargetRow | None,
     submission: Submission,
     rewrite: _Rewrite,
     now: int,
 ) -> None:
-    """Add the queued Turn with its user message and queue its ``start_turn`` command."""
+    """Add the queued Turn with its user message and queue its ``start_turn`` command.
+
+    ``target`` is the agent target :func:`_check_deliverable` read in this transaction.
+    """
     turn = repos.turns.add(
         workspace_id=session.workspace_id,
         session_id=session.session_id,
@@ -394,7 +411,7 @@ async def _start_turn(
         prompt=rewrite.prompt,
         mode=mentions.ComposerMode(submission.mode),
         references=submission.references,
-        session=await session_context(repos, session),
+        session=await session_context(repos, session, target=target),
     )
     command_outbox.enqueue(repos, ctx, session, command)
 
@@ -521,12 +538,19 @@ def _user_message(
     )
 
 
-async def session_context(repos: HostTransaction, session: SessionRow) -> RuntimeSessionContext:
-    """What a runtime needs to run the Session: target, launch, settings, catalog, resume."""
+async def session_context(
+    repos: HostTransaction, session: SessionRow, *, target: TargetRow | _Unread | None = UNREAD
+) -> RuntimeSessionContext:
+    """What a runtime needs to run the Session: target, launch, settings, catalog, resume.
+
+    ``target`` is the Session's agent target when the caller read it in this transaction
+    already (``None``: it has none or it is not registered); by default it is read here.
+    """
     target_ref: str | None = None
     options: str | None = None
     if session.agent_target_id:
-        target = await repos.session_rows.target(session.workspace_id, session.agent_target_id)
+        if isinstance(target, _Unread):
+            target = await repos.session_rows.target(session.workspace_id, session.agent_target_id)
         if target is not None:
             launch = json_object(target.launch_ref_json)
             ref = launch.get("runtime_target_ref", launch.get("runtimeTargetRef"))
