@@ -37,8 +37,6 @@ from services.host.sessions.projects import project_not_found, validate_section_
 
 __all__ = ["ProjectRemoval", "remove_project"]
 
-STALE_DELETE_PLAN = "STALE_DELETE_PLAN"
-
 _log = logging.getLogger(__name__)
 
 
@@ -122,7 +120,7 @@ async def remove_project(ctx: HostContext, workspace_id: str, section_key: str) 
             async for batch_result in _deleted_batches(ctx, workspace_id, roots):
                 result = _merged(result, batch_result)
         except Aborted as error:
-            if error.reason != STALE_DELETE_PLAN:
+            if error.reason != deletion.STALE_DELETE_PLAN:
                 raise
             continue  # a tree changed under the plan: the next round re-plans
         try:
