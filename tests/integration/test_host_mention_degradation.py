@@ -260,3 +260,44 @@ def test_create_with_input_keeps_at_names_literal_when_the_index_cannot_be_read(
     start = runtime.next_command().start_turn
     assert (start.turn_id, start.prompt) == (created.turn.turn_id, draft)
     runtime.close()
+
+
+@pytest.mark.spec("HOST-MENT-4", "HOST-MENT-1")
+def test_an_undecodable_launch_catalog_leaves_at_names_literal_at_send_time(
+    migrated_db_url: str,
+    live_server: Callable[..., LiveServer],
+    sync_engine: Engine,
+    tmp_path: Path,
+) -> None:
+    """A catalog the ``@`` menu hides as ``CATALOG_UNAVAILABLE`` delegates to no one either."""
+    host = start_host(live_server, migrated_db_url)
+    runtime = host.runtime()
+    _create_on_target(host, "s-broken", str(tmp_path))
+    _create_on_target(host, "s-ok", str(tmp_path))
+    # One entry without a name: a lenient read would still find "explorer" in it.
+    with sync_engine.begin() as connection:
+        connection.execute(
+            update(Session)
+            .where(Session.session_id == "s-broken")
+            .values(launch_subagents_json='[{"name": "explorer"}, {"title": "no name"}]')
+        )
+    menu = host.stub.GetMentionCatalog(
+        host_pb2.GetMentionCatalogRequest(workspace_id=WS, session_id="s-broken"), metadata=DEVICE
+    )
+    assert group(menu) == ([], [], "CATALOG_UNAVAILABLE")
+
+    draft = "/skill:review then ask @explorer to look"
+    sent = host.send(draft, "c1", session_id="s-broken")
+    # The send went ahead; the skill is rewritten, the @name stays literal.
+    assert [m.skill_id for m in sent.user_message.skill_mentions] == ["review"]
+    assert list(sent.user_message.agent_mentions) == []
+    assert _stored_user_row(sync_engine, "s-broken") == (draft, None)
+    prompt = runtime.next_command().start_turn.prompt
+    assert "Task" not in prompt
+    assert prompt.endswith(draft)
+
+    # The same draft where the catalog reads cleanly is a delegation to "explorer".
+    delegated = host.send(draft, "c2", session_id="s-ok")
+    assert [m.name for m in delegated.user_message.agent_mentions] == ["explorer"]
+    assert "Task" in runtime.next_command().start_turn.prompt
+    runtime.close()

@@ -201,6 +201,42 @@ def test_a_stale_delete_plan_is_re_planned_in_the_next_round(
     }
 
 
+@pytest.mark.spec("HOST-PROJ-1", "HOST-DEL-1")
+def test_a_later_batch_going_stale_keeps_the_earlier_batches_in_the_result(
+    host: HostClient, sync_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batch 1 commits, batch 2's plan goes stale: the response still reports batch 1."""
+    host.create(session_id="second", cwd="/work/app")
+    monkeypatch.setattr(deletion, "MAX_DELETE_IDS", 1)  # one root per DeleteSessions batch
+    real_make_plan = deletion.make_plan
+    plans: list[tuple[str, ...]] = []
+
+    async def plan_then_grow_the_second_tree(
+        ctx: HostContext, workspace_id: str, requested: Sequence[str]
+    ) -> deletion.DeletePlan:
+        plan = await real_make_plan(ctx, workspace_id, requested)
+        plans.append(plan.newly)
+        if plan.newly == ("second",):
+            # A child of "second" appears after its batch planned: that batch goes stale
+            # after the "first" batch of the same round already committed.
+            await asyncio.to_thread(add_tree, sync_engine, {"kid": "second"}, section_key="p-app")
+        return plan
+
+    monkeypatch.setattr(deletion, "make_plan", plan_then_grow_the_second_tree)
+    removed = remove(host)
+
+    # Round 1: "first" committed, "second" stale; round 2 re-planned "second" with its child.
+    assert [sorted(plan) for plan in plans] == [["first"], ["second"], ["kid", "second"]]
+    assert sorted(d.session_id for d in removed.deletion.deleted) == ["first", "kid", "second"]
+    assert sorted(removed.rehomed_session_ids) == ["first", "kid", "pinned", "second"]
+    assert placement(sync_engine) == {
+        "first": ("conversations", False),
+        "second": ("conversations", False),
+        "kid": ("conversations", False),
+        "pinned": ("conversations", True),
+    }
+
+
 @pytest.mark.spec("HOST-PROJ-1", "HOST-SES-2")
 def test_remove_project_against_a_free_running_creator_leaves_no_orphan(
     host: HostClient, sync_engine: Engine

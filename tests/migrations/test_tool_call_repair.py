@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -417,6 +418,54 @@ def test_a_second_repair_changes_nothing(before_repair_url: str, engine: Engine)
 
     assert (_table(engine, "messages"), _table(engine, "sessions")) == once
     assert _table(engine, "activity_events") == []
+
+
+def _unencodable_rows() -> dict[str, str]:
+    """Oversized rows ``json.loads`` reads but the repair cannot re-encode or walk."""
+    big = "s" * (1100 * KIB)  # over the budget, so the repair examines the row
+    head = '{"callId":"%s","toolName":"t","toolKind":"mcp","phase":"completed","status":"success"'
+    # NaN: accepted by json.loads, refused by the repair's strict (allow_nan=False) encoder.
+    nan = head % "nan-input" + f',"input":{{"limit":NaN,"ratio":Infinity}},"stdout":"{big}"}}'
+    # Nesting json.loads accepts but the repair's per-level recursion (two frames a level)
+    # cannot walk.
+    depth = sys.getrecursionlimit() // 2 + 50
+    nested = "[" * depth + '"leaf"' + "]" * depth
+    deep = head % "deep-structured" + f',"stdout":"{big}","structuredContent":{nested}}}'
+    return {"nan-input": nan, "deep-structured": deep}
+
+
+@pytest.mark.spec("HOST-MSG-6")
+def test_rows_that_cannot_be_re_encoded_or_walked_stay_byte_identical(
+    before_repair_url: str, engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """NaN/Infinity or very deep nesting leaves the row unchanged; the upgrade goes on."""
+    _seed(engine)
+    odd = _unencodable_rows()
+    with engine.begin() as connection:
+        connection.execute(
+            sa.insert(_messages),
+            [
+                _message("s-live", message_id, 20 + index, payload, "tool_call")
+                for index, (message_id, payload) in enumerate(odd.items())
+            ],
+        )
+    before = _messages_by_id(engine)
+
+    with caplog.at_level(logging.INFO, logger="store.migrations.tool_call_repair"):
+        migrate.upgrade(before_repair_url, REPAIR)
+
+    after = _messages_by_id(engine)
+    for message_id, payload in odd.items():
+        assert after[message_id] == before[message_id], message_id
+        assert after[message_id]["payload_json"] == payload, message_id
+        assert any(f"ws-1/s-live/{message_id} unchanged" in r.getMessage() for r in caplog.records)
+    # The other oversized rows were still repaired in the same upgrade.
+    for message_id, snapshot in EXPECTED_SNAPSHOTS.items():
+        assert after[message_id]["payload_json"] == build_tool_call_payload(snapshot).payload_json
+    summary = [r.getMessage() for r in caplog.records if "rewritten" in r.getMessage()]
+    assert summary == [
+        "tool-call repair: 7 oversized tool-call rows, 4 rewritten, 3 left unchanged"
+    ]
 
 
 def _repair_module() -> Any:

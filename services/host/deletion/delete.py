@@ -40,6 +40,7 @@ from services.host.turns import command_outbox, lifecycle
 __all__ = [
     "MAX_DELETE_IDS",
     "RELEASE_REASON_SESSION_DELETED",
+    "STALE_DELETE_PLAN",
     "DeletePlan",
     "DeletedMember",
     "DeletionResult",
@@ -49,11 +50,14 @@ __all__ = [
     "compute_plan",
     "delete_sessions",
     "make_plan",
+    "stale_plan",
 ]
 
 MAX_DELETE_IDS = 1000
 RELEASE_REASON_SESSION_DELETED = "session_deleted"
 """``ReleaseSessionCommand.reason`` of the release a delete sends for each Session that ran."""
+STALE_DELETE_PLAN = "STALE_DELETE_PLAN"
+"""ErrorInfo reason of the ABORTED a delete plan gone stale raises (:func:`stale_plan`)."""
 STALE_PLAN_RETRY_SECONDS = 0.1
 """RetryInfo of ``STALE_DELETE_PLAN``: the closure changed; re-planning is immediate."""
 
@@ -346,7 +350,7 @@ def stale_plan(workspace_id: str) -> Aborted:
     """ABORTED ``STALE_DELETE_PLAN`` with RetryInfo: the caller retries, Host re-plans."""
     return Aborted(
         "the Sessions to delete changed after the delete was planned; retry",
-        reason="STALE_DELETE_PLAN",
+        reason=STALE_DELETE_PLAN,
         metadata={"workspace_id": workspace_id},
         retry_after_seconds=STALE_PLAN_RETRY_SECONDS,
     )

@@ -25,7 +25,7 @@ then unchanged.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from domainerrors import Aborted, InvalidArgument
@@ -36,8 +36,6 @@ from services.host.repository.unit_of_work import HostTransaction
 from services.host.sessions.projects import project_not_found, validate_section_key
 
 __all__ = ["ProjectRemoval", "remove_project"]
-
-STALE_DELETE_PLAN = "STALE_DELETE_PLAN"
 
 _log = logging.getLogger(__name__)
 
@@ -73,15 +71,17 @@ def _merged(
     )
 
 
-async def _delete_roots(
+async def _deleted_batches(
     ctx: HostContext, workspace_id: str, roots: Sequence[str]
-) -> deletion.DeletionResult:
-    """Send ``roots`` through ``DeleteSessions`` in batches of its size limit."""
-    result = deletion.DeletionResult()
+) -> AsyncIterator[deletion.DeletionResult]:
+    """Send ``roots`` through ``DeleteSessions`` in batches of its size limit.
+
+    Yields each batch's result as soon as it committed, so a later batch's
+    ``STALE_DELETE_PLAN`` cannot hide what the earlier (committed) batches deleted.
+    """
     for start in range(0, len(roots), deletion.MAX_DELETE_IDS):
         batch = roots[start : start + deletion.MAX_DELETE_IDS]
-        result = _merged(result, await deletion.delete_sessions(ctx, workspace_id, batch))
-    return result
+        yield await deletion.delete_sessions(ctx, workspace_id, batch)
 
 
 async def remove_project(ctx: HostContext, workspace_id: str, section_key: str) -> ProjectRemoval:
@@ -117,9 +117,10 @@ async def remove_project(ctx: HostContext, workspace_id: str, section_key: str) 
     for _ in range(ctx.project_removal_max_rounds):
         roots = await ctx.transact(live_roots, write=False)
         try:
-            result = _merged(result, await _delete_roots(ctx, workspace_id, roots))
+            async for batch_result in _deleted_batches(ctx, workspace_id, roots):
+                result = _merged(result, batch_result)
         except Aborted as error:
-            if error.reason != STALE_DELETE_PLAN:
+            if error.reason != deletion.STALE_DELETE_PLAN:
                 raise
             continue  # a tree changed under the plan: the next round re-plans
         try:

@@ -20,7 +20,6 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from domainerrors import (
     AlreadyExists,
@@ -35,7 +34,9 @@ from services.host.model.records import (
     SessionRecord,
     SessionSettingsValue,
     TurnRecord,
+    decode_subagent_catalog,
     json_object,
+    subagents_from_json,
 )
 from services.host.model.session_rules import session_not_found
 from services.host.repository import hot_reads
@@ -464,17 +465,25 @@ def _rewrite(ctx: HostContext, session: SessionRow, submission: Submission) -> _
 
     When the workspace file index cannot be read, no ``@name`` can be told from a file of
     that name, so none is a delegation: the tokens stay literal, ``/skill:`` tokens are
-    still rewritten and the send goes ahead (HOST-MENT-4).
+    still rewritten and the send goes ahead (HOST-MENT-4). A launch catalog that cannot be
+    decoded is the same: the ``@`` menu offers no agent from it (``CATALOG_UNAVAILABLE``),
+    so a send delegates to none either (ADR 0027).
     """
     mode = mentions.ComposerMode(submission.mode)
-    try:
-        resolution = mentions.resolve_mentions(
-            submission.content,
-            mode=mode,
-            subagents=_launch_catalog(session),
-            is_workspace_entry=ctx.workspace_index(session.cwd),
-        )
-    except INDEX_READ_ERRORS:
+    catalog = _launch_catalog(session)
+    resolution: mentions.MentionResolution | None = None
+    degraded = catalog is None
+    if catalog is not None:
+        try:
+            resolution = mentions.resolve_mentions(
+                submission.content,
+                mode=mode,
+                subagents=catalog,
+                is_workspace_entry=ctx.workspace_index(session.cwd),
+            )
+        except INDEX_READ_ERRORS:
+            degraded = True
+    if degraded:
         resolution = mentions.resolve_mentions(
             submission.content, mode=mode, subagents=(), is_workspace_entry=_no_entries
         )
@@ -493,19 +502,16 @@ def _no_entries(name: str) -> bool:
     return False
 
 
-def _launch_catalog(session: SessionRow) -> list[mentions.Subagent]:
-    raw = getattr(session, "launch_subagents_json", None)
-    try:
-        value: Any = json.loads(raw) if raw else []
-    except ValueError:
-        return []
-    if not isinstance(value, list):
-        return []
-    return [
-        mentions.Subagent(str(item["name"]), str(item.get("description", "")))
-        for item in value
-        if isinstance(item, dict) and isinstance(item.get("name"), str)
-    ]
+def _launch_catalog(session: SessionRow) -> list[mentions.Subagent] | None:
+    """The Session's launch catalog, read as strictly as the ``@`` menu reads it.
+
+    ``None`` when it cannot be decoded (HOST-MENT-4): a lenient read here would let a send
+    delegate to a name the menu hides.
+    """
+    catalog = decode_subagent_catalog(getattr(session, "launch_subagents_json", None))
+    if catalog is None:
+        return None
+    return [mentions.Subagent(s.name, s.description) for s in catalog]
 
 
 def _user_message(
@@ -565,7 +571,12 @@ async def session_context(
         provider=session.provider,
         cwd=session.cwd or "",
         settings=SessionSettingsValue.from_json(session.settings_json),
-        subagents=tuple(_launch_catalog(session)),
+        # The runtime keeps the lenient read it always had (malformed entries dropped);
+        # only delegation follows the menu's strict read.
+        subagents=tuple(
+            mentions.Subagent(s.name, s.description)
+            for s in subagents_from_json(getattr(session, "launch_subagents_json", None))
+        ),
         runtime_target_ref=target_ref,
         launch_options_json=options,
         provider_session_ref=provider_ref if isinstance(provider_ref, str) else None,

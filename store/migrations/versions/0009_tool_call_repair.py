@@ -21,8 +21,9 @@ rules of HOST-MSG-5, HOST-MSG-4 and HOST-MSG-3, in that order:
 A row is rewritten only when its encoded replacement fits; only ``payload_json`` changes (no
 ``version``, ``sequence``, timestamp, Session ``message_version``, and no activity event, as
 nothing is appended to the log). Rows whose required data alone (inputs, identity, matches,
-paths, file changes, non-string values, keys) does not fit, or whose payload is not a JSON
-object, stay byte-identical and are counted in the log (each one's key at WARNING, the
+paths, file changes, non-string values, keys) does not fit, whose payload is not a JSON
+object, or that cannot be re-encoded or walked (NaN/Infinity, nesting past the recursion
+limit), stay byte-identical and are counted in the log (each one's key at WARNING, the
 totals at INFO, logger ``store.migrations.tool_call_repair``). A repaired row fits and is never
 selected again, so a second run changes nothing. Rows are visited in primary-key order in
 bounded batches of keys (keyset pagination) and each payload is read, repaired and written
@@ -393,8 +394,20 @@ def repaired_payload(payload_json: str) -> str:
     """The stored payload re-projected and fitted to the budget (pure; the tested rule).
 
     Raises:
-        Unfittable: not a JSON object, or its required data alone exceeds the budget.
+        Unfittable: not a JSON object, its required data alone exceeds the budget, or it
+            cannot be re-encoded (NaN/Infinity that ``json.loads`` accepted but the strict
+            encoder refuses) or walked (nesting deeper than the recursion limit). Any of
+            these must leave the row as it is, never abort the whole upgrade.
     """
+    try:
+        return _refitted(payload_json)
+    except (ValueError, RecursionError) as error:
+        raise Unfittable(
+            f"payload cannot be re-encoded ({type(error).__name__}: {error})"
+        ) from None
+
+
+def _refitted(payload_json: str) -> str:
     try:
         stored = json.loads(payload_json)
         root = _project(stored)
