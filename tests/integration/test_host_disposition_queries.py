@@ -10,6 +10,7 @@ record or ``resolving`` keep it resolving.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
@@ -18,6 +19,8 @@ from sqlalchemy import select
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2, runtime_pb2
+from services.host import app as host_app
+from services.host.settings import Settings as HostSettings
 from store.engine import create_sync_engine_for
 from store.models import RuntimeCommandOutbox
 from tests.integration.host_activity import WS, HostUnderTest, start_host
@@ -199,3 +202,28 @@ def test_a_superseded_answer_to_a_query_completes_the_operation(
     )
     assert done.interaction.status == canonical_pb2.INTERACTION_STATUS_SUPERSEDED
     runtime.close()
+
+
+def _querier_tasks() -> list[asyncio.Task[object]]:
+    return [
+        task
+        for task in asyncio.all_tasks()
+        if not task.done() and "DispositionQuerier._run" in repr(task.get_coro())
+    ]
+
+
+@pytest.mark.spec("HOST-INT-6", "OPS-3")
+def test_the_querier_stops_when_host_drains(migrated_db_url: str) -> None:
+    definition = host_app.build(HostSettings(database_url=migrated_db_url))
+
+    async def lifecycle() -> None:
+        for hook in definition.on_start:
+            await hook()
+        assert len(_querier_tasks()) == 1
+        for hook in definition.on_drain:
+            await hook()
+        assert _querier_tasks() == []  # no query is queued while links shut down
+        for hook in reversed(definition.on_stop):
+            await hook()  # the stop in on_stop finds nothing left to stop
+
+    asyncio.run(lifecycle())
