@@ -204,6 +204,24 @@ def test_a_superseded_answer_to_a_query_completes_the_operation(
     runtime.close()
 
 
+@pytest.mark.spec("HOST-INT-6", "HOST-RT-5")
+def test_a_terminal_disposition_removes_the_open_query(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    host = start_host(
+        live_server, migrated_db_url, interaction_disposition_query_seconds=WINDOW_SECONDS
+    )
+    runtime, turn_id, operation_id, delivery = _delivered(host)
+    query = _next_query(runtime, turn_id, operation_id)
+    assert _outbox_state(host, query.command_id) == "dispatched"
+    # The delivery's disposition arrives before the query is answered: nothing is left to ask.
+    _answer(runtime, turn_id, operation_id, delivery, canonical_pb2.INTERACTION_STATUS_ANSWERED)
+    assert _outbox_state(host, query.command_id) is None
+    runtime.ack(query.command_id)  # its late acknowledgement finds no row and is ignored
+    assert response_operation(host.stub, operation_id).status == COMPLETED
+    runtime.close()
+
+
 def _querier_tasks() -> list[asyncio.Task[object]]:
     return [
         task
