@@ -95,7 +95,10 @@ def test_acknowledged_commands_leave_the_outbox_and_open_ones_are_retried(
     ],
 )
 def test_a_delivered_response_stays_until_its_operation_completes(
-    migrated_db_url: str, live_server: Callable[..., LiveServer], ack_status: int, kept_as: str
+    migrated_db_url: str,
+    live_server: Callable[..., LiveServer],
+    ack_status: runtime_pb2.CommandAckStatus.ValueType,
+    kept_as: str,
 ) -> None:
     host = start_host(live_server, migrated_db_url)
     runtime = host.runtime()

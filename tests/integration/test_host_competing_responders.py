@@ -243,9 +243,9 @@ def _forget_claimant_id(host: HostUnderTest, turn_id: str) -> None:
     try:
         with engine.begin() as connection:
             where = (Interaction.turn_id == turn_id, Interaction.request_id == "q1")
-            stored = json.loads(
-                connection.execute(select(Interaction.answer_json).where(*where)).scalar_one()
-            )
+            text = connection.execute(select(Interaction.answer_json).where(*where)).scalar_one()
+            assert text is not None
+            stored = json.loads(text)
             assert stored.pop("operation_id")
             connection.execute(
                 update(Interaction).where(*where).values(answer_json=json.dumps(stored))
