@@ -15,14 +15,20 @@ import time
 from collections.abc import Callable
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, Table, insert, select
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2, runtime_pb2
 from services.host import app as host_app
 from services.host.settings import Settings as HostSettings
 from store.engine import create_sync_engine_for
-from store.models import RuntimeCommandOutbox
+from store.models import (
+    Interaction,
+    InteractionResponseOperation,
+    RuntimeCommandOutbox,
+    Session,
+    Turn,
+)
 from tests.integration.host_activity import WS, HostUnderTest, start_host
 from tests.support.host_activity_calls import response_operation, submit_response
 from tests.support.polling import eventually
@@ -35,6 +41,7 @@ from tests.support.servers import LiveServer
 COMPLETED = host_pb2.INTERACTION_RESPONSE_OPERATION_STATUS_COMPLETED
 RESOLVING = host_pb2.INTERACTION_RESPONSE_OPERATION_STATUS_RESOLVING
 WINDOW_SECONDS = 0.3
+_TABLES = Session.metadata.tables
 
 
 def _delivered(
@@ -220,6 +227,99 @@ def test_a_terminal_disposition_removes_the_open_query(
     runtime.ack(query.command_id)  # its late acknowledgement finds no row and is ignored
     assert response_operation(host.stub, operation_id).status == COMPLETED
     runtime.close()
+
+
+def _unserved_resolving_operations(host: HostUnderTest, turn_id: str, count: int) -> None:
+    """``count`` dispatched, resolving operations of a Session of a provider no link serves.
+
+    Their queries come due before the delivered answer's, but not within the test.
+    """
+    engine = create_sync_engine_for(host.url)
+    try:
+        with engine.begin() as connection:
+
+            def copy(table: Table, *where: ColumnElement[bool], **values: object) -> None:
+                row = dict(connection.execute(select(table).where(*where)).mappings().one())
+                connection.execute(insert(table).values({**row, **values}))
+
+            copy(
+                _TABLES["sessions"],
+                Session.session_id == "s1",
+                session_id="s-other",
+                provider="other-provider",
+                active_turn_id=None,
+            )
+            copy(_TABLES["turns"], Turn.turn_id == turn_id, session_id="s-other")
+            copy(_TABLES["interactions"], Interaction.turn_id == turn_id, session_id="s-other")
+            due = int(time.time() * 1000) + 600_000  # before the delivered answer's hour
+            copy_op = dict(
+                connection.execute(
+                    select(_TABLES["interaction_response_operations"]).where(
+                        InteractionResponseOperation.turn_id == turn_id
+                    )
+                )
+                .mappings()
+                .one()
+            )
+            connection.execute(
+                insert(_TABLES["interaction_response_operations"]),
+                [
+                    {
+                        **copy_op,
+                        "session_id": "s-other",
+                        "operation_id": f"op-other-{n}",
+                        "idempotency_key": f"k-other-{n}",
+                        "next_attempt_at_unix_ms": due + n,
+                    }
+                    for n in range(count)
+                ],
+            )
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.spec("HOST-INT-6", "HOST-RT-5")
+def test_a_reconnect_queries_its_own_answers_at_once_whatever_else_resolves(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    # An hour's window: only the reconnect can make the query due, and the sweep polls every
+    # 5 s, so a query within 2.5 s was sent because the reconnect woke it.
+    host = start_host(live_server, migrated_db_url, interaction_disposition_query_seconds=3600)
+    runtime, turn_id, operation_id, _ = _delivered(host)
+    # More resolving answers than one sweep reads, due earlier, in a Session the link does
+    # not serve: they neither hide this link's answer nor get queried on its behalf.
+    _unserved_resolving_operations(host, turn_id, 150)
+    runtime.cancel()
+
+    again = host.runtime()
+    started = time.monotonic()
+    query = _next_query(again, turn_id, operation_id)
+    assert time.monotonic() - started < 2.5
+    _answer(again, turn_id, operation_id, query, canonical_pb2.INTERACTION_STATUS_ANSWERED)
+    assert response_operation(host.stub, operation_id).status == COMPLETED
+    assert again.commands.empty()  # nothing was queried for the unserved Session
+    again.close()
+
+
+@pytest.mark.spec("HOST-INT-6", "HOST-RT-5")
+def test_a_reconnect_resends_an_open_query_instead_of_replacing_it(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    window = 1.0
+    host = start_host(live_server, migrated_db_url, interaction_disposition_query_seconds=window)
+    runtime, turn_id, operation_id, _ = _delivered(host)
+    query = _next_query(runtime, turn_id, operation_id)
+    runtime.cancel()  # the link is lost before the query is acknowledged
+
+    again = host.runtime()
+    resent = _next_query(again, turn_id, operation_id)
+    assert resent.command_id == query.command_id  # the same command, re-sent
+    # No second query replaces it (the next scheduled one is a window or more away).
+    time.sleep(window / 3)
+    assert again.commands.empty()
+    again.ack(resent.command_id)
+    assert eventually(lambda: _outbox_state(host, resent.command_id) is None)
+    again.close()
 
 
 def _querier_tasks() -> list[asyncio.Task[object]]:
