@@ -238,15 +238,20 @@ def test_an_unclaimed_interaction_that_is_no_longer_pending_is_not_actionable(
 
 
 def _forget_claimant_id(host: HostUnderTest, turn_id: str) -> None:
-    """Rewrite the claim as stored before the claimant's id was kept with the answer."""
+    """Rewrite the claim as stored before the claimant's id was kept with the answer.
+
+    Read, then written in a transaction of its own: a SQLite transaction that read before the
+    Host's last write cannot write (``database is locked`` at once, whatever the busy wait).
+    """
     engine = create_sync_engine_for(host.url)
+    where = (Interaction.turn_id == turn_id, Interaction.request_id == "q1")
     try:
-        with engine.begin() as connection:
-            where = (Interaction.turn_id == turn_id, Interaction.request_id == "q1")
+        with engine.connect() as connection:
             text = connection.execute(select(Interaction.answer_json).where(*where)).scalar_one()
-            assert text is not None
-            stored = json.loads(text)
-            assert stored.pop("operation_id")
+        assert text is not None
+        stored = json.loads(text)
+        assert stored.pop("operation_id")
+        with engine.begin() as connection:
             connection.execute(
                 update(Interaction).where(*where).values(answer_json=json.dumps(stored))
             )

@@ -232,41 +232,40 @@ def test_a_terminal_disposition_removes_the_open_query(
 def _unserved_resolving_operations(host: HostUnderTest, turn_id: str, count: int) -> None:
     """``count`` dispatched, resolving operations of a Session of a provider no link serves.
 
-    Their queries come due before the delivered answer's, but not within the test.
+    Their queries come due before the delivered answer's, but not within the test. The rows
+    are read first and written in a transaction of its own: a SQLite transaction that read
+    before the Host's last write cannot write (``database is locked`` at once).
     """
     engine = create_sync_engine_for(host.url)
     try:
+        with engine.connect() as connection:
+
+            def read(table: Table, *where: ColumnElement[bool]) -> dict[str, object]:
+                return dict(connection.execute(select(table).where(*where)).mappings().one())
+
+            session = read(_TABLES["sessions"], Session.session_id == "s1")
+            turn = read(_TABLES["turns"], Turn.turn_id == turn_id)
+            request = read(_TABLES["interactions"], Interaction.turn_id == turn_id)
+            operation = read(
+                _TABLES["interaction_response_operations"],
+                InteractionResponseOperation.turn_id == turn_id,
+            )
+        due = int(time.time() * 1000) + 600_000  # before the delivered answer's hour
+        other = {"session_id": "s-other"}
         with engine.begin() as connection:
-
-            def copy(table: Table, *where: ColumnElement[bool], **values: object) -> None:
-                row = dict(connection.execute(select(table).where(*where)).mappings().one())
-                connection.execute(insert(table).values({**row, **values}))
-
-            copy(
-                _TABLES["sessions"],
-                Session.session_id == "s1",
-                session_id="s-other",
-                provider="other-provider",
-                active_turn_id=None,
-            )
-            copy(_TABLES["turns"], Turn.turn_id == turn_id, session_id="s-other")
-            copy(_TABLES["interactions"], Interaction.turn_id == turn_id, session_id="s-other")
-            due = int(time.time() * 1000) + 600_000  # before the delivered answer's hour
-            copy_op = dict(
-                connection.execute(
-                    select(_TABLES["interaction_response_operations"]).where(
-                        InteractionResponseOperation.turn_id == turn_id
-                    )
+            connection.execute(
+                insert(_TABLES["sessions"]).values(
+                    {**session, **other, "provider": "other-provider", "active_turn_id": None}
                 )
-                .mappings()
-                .one()
             )
+            connection.execute(insert(_TABLES["turns"]).values({**turn, **other}))
+            connection.execute(insert(_TABLES["interactions"]).values({**request, **other}))
             connection.execute(
                 insert(_TABLES["interaction_response_operations"]),
                 [
                     {
-                        **copy_op,
-                        "session_id": "s-other",
+                        **operation,
+                        **other,
                         "operation_id": f"op-other-{n}",
                         "idempotency_key": f"k-other-{n}",
                         "next_attempt_at_unix_ms": due + n,
