@@ -89,8 +89,10 @@ def build(
         ],
         authorization=AUTHORIZATION,
         on_start=[database.start, start_activity, querier.start],
-        # Runtime links and watches end as soon as new RPCs are refused (OPS-3).
-        on_drain=[ctx.runtimes.shutdown, ctx.activity.end_watches],
+        # Runtime links and watches end as soon as new RPCs are refused (OPS-3); the querier
+        # stops first so no query is queued for a link being shut (its stop in on_stop is a
+        # no-op then).
+        on_drain=[querier.stop, ctx.runtimes.shutdown, ctx.activity.end_watches],
         on_stop=[database.stop, stop_activity, querier.stop],  # run in reverse
         server_options=[("grpc.max_receive_message_length", RECEIVE_LIMIT_BYTES)],
     )

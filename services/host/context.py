@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ class HostContext:
         interaction_disposition_query_seconds: How long a delivered Interaction response
             may go without a disposition before Host queries it (HOST-INT-6); later queries
             back off from it.
+        disposition_queries_due: Set when disposition queries became due outside the
+            schedule (a link connected); wakes the background querier (HOST-INT-6).
         runtime_settings: Applies persisted Session settings to a live runtime (HOST-SES-6);
             ``app.build`` installs the runtime link's ``LinkedRuntimeSettings`` in place of
             the detached default.
@@ -64,6 +67,7 @@ class HostContext:
     runtime_loss_grace_seconds: float = 30.0
     runtime_command_timeout_seconds: float = 10.0
     interaction_disposition_query_seconds: float = 30.0
+    disposition_queries_due: asyncio.Event = field(default_factory=asyncio.Event)
     runtime_settings: RuntimeSettingsPort = field(default_factory=DetachedRuntimeSettings)
     activity: ActivityFeed = field(default_factory=lambda: ActivityFeed(wall_clock_ms))
     workspace_index: WorkspaceIndexFactory = local_workspace_index

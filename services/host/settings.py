@@ -24,7 +24,7 @@ class Settings(ServerSettings):
     (never sent again) and reported failed (``TUTTI_RUNTIME_COMMAND_TIMEOUT_SECONDS``, ADR 0013
     §11, ADR 0029)."""
 
-    interaction_disposition_query_seconds: float = 30.0
+    interaction_disposition_query_seconds: float = Field(default=30.0, gt=0)
     """How long a delivered Interaction response may go without the runtime's disposition
     (or outlive its link) before Host asks the runtime for it with
     ``query_interaction_disposition``; later queries follow with backoff (doubling, up to

@@ -87,8 +87,18 @@ def test_acknowledged_commands_leave_the_outbox_and_open_ones_are_retried(
 
 
 @pytest.mark.spec("HOST-INT-3", "HOST-RT-5")
+@pytest.mark.parametrize(
+    ("ack_status", "kept_as"),
+    [
+        (runtime_pb2.COMMAND_ACK_STATUS_ACCEPTED, "completed"),
+        (runtime_pb2.COMMAND_ACK_STATUS_REJECTED, "failed"),
+    ],
+)
 def test_a_delivered_response_stays_until_its_operation_completes(
-    migrated_db_url: str, live_server: Callable[..., LiveServer]
+    migrated_db_url: str,
+    live_server: Callable[..., LiveServer],
+    ack_status: runtime_pb2.CommandAckStatus.ValueType,
+    kept_as: str,
 ) -> None:
     host = start_host(live_server, migrated_db_url)
     runtime = host.runtime()
@@ -105,10 +115,10 @@ def test_a_delivered_response_stays_until_its_operation_completes(
     )
     operation = submit_response(host.stub, turn.turn_id, "k1").operation
     delivery = runtime.next_command()
-    runtime.ack(delivery.command_id)
-    # Accepted, but the operation is open: a ``pending`` disposition may still re-send it.
-    rows = _eventually(host, lambda rows: rows[delivery.command_id][0] == "completed")
-    assert rows == {delivery.command_id: ("completed", 1)}
+    runtime.ack(delivery.command_id, ack_status)
+    # Acknowledged, but the operation is open: a ``pending`` disposition may still re-send it.
+    rows = _eventually(host, lambda rows: rows[delivery.command_id][0] == kept_as)
+    assert rows == {delivery.command_id: (kept_as, 1)}
 
     runtime.report(
         WS,

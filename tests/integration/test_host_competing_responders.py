@@ -9,16 +9,17 @@ claimed that is no longer pending still refuses responses.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import grpc
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2, runtime_pb2
 from store.engine import create_sync_engine_for
-from store.models import InteractionResponseOperation, RuntimeCommandOutbox
+from store.models import Interaction, InteractionResponseOperation, RuntimeCommandOutbox
 from tests.integration.host_activity import WS, HostUnderTest, error_reason, start_host
 from tests.support.host_activity_calls import response_operation, submit_response
 from tests.support.runtime_client import (
@@ -233,4 +234,48 @@ def test_an_unclaimed_interaction_that_is_no_longer_pending_is_not_actionable(
         assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert error_reason(refused.value) == "INTERACTION_NOT_ACTIONABLE"
     assert _operations(host) == 0  # the refusal changed nothing
+    runtime.close()
+
+
+def _forget_claimant_id(host: HostUnderTest, turn_id: str) -> None:
+    """Rewrite the claim as stored before the claimant's id was kept with the answer.
+
+    Read, then written in a transaction of its own: a SQLite transaction that read before the
+    Host's last write cannot write (``database is locked`` at once, whatever the busy wait).
+    """
+    engine = create_sync_engine_for(host.url)
+    where = (Interaction.turn_id == turn_id, Interaction.request_id == "q1")
+    try:
+        with engine.connect() as connection:
+            text = connection.execute(select(Interaction.answer_json).where(*where)).scalar_one()
+        assert text is not None
+        stored = json.loads(text)
+        assert stored.pop("operation_id")
+        with engine.begin() as connection:
+            connection.execute(
+                update(Interaction).where(*where).values(answer_json=json.dumps(stored))
+            )
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.spec("HOST-INT-5")
+def test_a_legacy_claim_still_supersedes_its_followers(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    host = start_host(live_server, migrated_db_url)
+    runtime, turn_id, claim, command = _claimed(host)
+    follower = submit_response(host.stub, turn_id, "k2", payload_json='{"remember":true}')
+    assert follower.operation.status == RESOLVING
+    # The claimant is then the Interaction's earliest operation, for completion as for reads.
+    _forget_claimant_id(host, turn_id)
+
+    _interrupted_by_the_runtime(runtime, turn_id, claim, command)
+    assert (
+        response_operation(host.stub, claim.operation_id).disposition
+        == canonical_pb2.INTERACTION_STATUS_INTERRUPTED
+    )
+    done = response_operation(host.stub, follower.operation.operation_id)
+    assert (done.status, done.disposition) == (COMPLETED, SUPERSEDED)
+    assert done.detail == f"follows {claim.operation_id}"
     runtime.close()

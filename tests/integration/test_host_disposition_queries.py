@@ -10,16 +10,25 @@ record or ``resolving`` keep it resolving.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, Table, insert, select
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2, runtime_pb2
+from services.host import app as host_app
+from services.host.settings import Settings as HostSettings
 from store.engine import create_sync_engine_for
-from store.models import RuntimeCommandOutbox
+from store.models import (
+    Interaction,
+    InteractionResponseOperation,
+    RuntimeCommandOutbox,
+    Session,
+    Turn,
+)
 from tests.integration.host_activity import WS, HostUnderTest, start_host
 from tests.support.host_activity_calls import response_operation, submit_response
 from tests.support.polling import eventually
@@ -32,6 +41,7 @@ from tests.support.servers import LiveServer
 COMPLETED = host_pb2.INTERACTION_RESPONSE_OPERATION_STATUS_COMPLETED
 RESOLVING = host_pb2.INTERACTION_RESPONSE_OPERATION_STATUS_RESOLVING
 WINDOW_SECONDS = 0.3
+_TABLES = Session.metadata.tables
 
 
 def _delivered(
@@ -199,3 +209,138 @@ def test_a_superseded_answer_to_a_query_completes_the_operation(
     )
     assert done.interaction.status == canonical_pb2.INTERACTION_STATUS_SUPERSEDED
     runtime.close()
+
+
+@pytest.mark.spec("HOST-INT-6", "HOST-RT-5")
+def test_a_terminal_disposition_removes_the_open_query(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    host = start_host(
+        live_server, migrated_db_url, interaction_disposition_query_seconds=WINDOW_SECONDS
+    )
+    runtime, turn_id, operation_id, delivery = _delivered(host)
+    query = _next_query(runtime, turn_id, operation_id)
+    assert _outbox_state(host, query.command_id) == "dispatched"
+    # The delivery's disposition arrives before the query is answered: nothing is left to ask.
+    _answer(runtime, turn_id, operation_id, delivery, canonical_pb2.INTERACTION_STATUS_ANSWERED)
+    assert _outbox_state(host, query.command_id) is None
+    runtime.ack(query.command_id)  # its late acknowledgement finds no row and is ignored
+    assert response_operation(host.stub, operation_id).status == COMPLETED
+    runtime.close()
+
+
+def _unserved_resolving_operations(host: HostUnderTest, turn_id: str, count: int) -> None:
+    """``count`` dispatched, resolving operations of a Session of a provider no link serves.
+
+    Their queries come due before the delivered answer's, but not within the test. The rows
+    are read first and written in a transaction of its own: a SQLite transaction that read
+    before the Host's last write cannot write (``database is locked`` at once).
+    """
+    engine = create_sync_engine_for(host.url)
+    try:
+        with engine.connect() as connection:
+
+            def read(table: Table, *where: ColumnElement[bool]) -> dict[str, object]:
+                return dict(connection.execute(select(table).where(*where)).mappings().one())
+
+            session = read(_TABLES["sessions"], Session.session_id == "s1")
+            turn = read(_TABLES["turns"], Turn.turn_id == turn_id)
+            request = read(_TABLES["interactions"], Interaction.turn_id == turn_id)
+            operation = read(
+                _TABLES["interaction_response_operations"],
+                InteractionResponseOperation.turn_id == turn_id,
+            )
+        due = int(time.time() * 1000) + 600_000  # before the delivered answer's hour
+        other = {"session_id": "s-other"}
+        with engine.begin() as connection:
+            connection.execute(
+                insert(_TABLES["sessions"]).values(
+                    {**session, **other, "provider": "other-provider", "active_turn_id": None}
+                )
+            )
+            connection.execute(insert(_TABLES["turns"]).values({**turn, **other}))
+            connection.execute(insert(_TABLES["interactions"]).values({**request, **other}))
+            connection.execute(
+                insert(_TABLES["interaction_response_operations"]),
+                [
+                    {
+                        **operation,
+                        **other,
+                        "operation_id": f"op-other-{n}",
+                        "idempotency_key": f"k-other-{n}",
+                        "next_attempt_at_unix_ms": due + n,
+                    }
+                    for n in range(count)
+                ],
+            )
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.spec("HOST-INT-6", "HOST-RT-5")
+def test_a_reconnect_queries_its_own_answers_at_once_whatever_else_resolves(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    # An hour's window: only the reconnect can make the query due, and the sweep polls every
+    # 5 s, so a query within 2.5 s was sent because the reconnect woke it.
+    host = start_host(live_server, migrated_db_url, interaction_disposition_query_seconds=3600)
+    runtime, turn_id, operation_id, _ = _delivered(host)
+    # More resolving answers than one sweep reads, due earlier, in a Session the link does
+    # not serve: they neither hide this link's answer nor get queried on its behalf.
+    _unserved_resolving_operations(host, turn_id, 150)
+    runtime.cancel()
+
+    again = host.runtime()
+    started = time.monotonic()
+    query = _next_query(again, turn_id, operation_id)
+    assert time.monotonic() - started < 2.5
+    _answer(again, turn_id, operation_id, query, canonical_pb2.INTERACTION_STATUS_ANSWERED)
+    assert response_operation(host.stub, operation_id).status == COMPLETED
+    assert again.commands.empty()  # nothing was queried for the unserved Session
+    again.close()
+
+
+@pytest.mark.spec("HOST-INT-6", "HOST-RT-5")
+def test_a_reconnect_resends_an_open_query_instead_of_replacing_it(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    window = 1.0
+    host = start_host(live_server, migrated_db_url, interaction_disposition_query_seconds=window)
+    runtime, turn_id, operation_id, _ = _delivered(host)
+    query = _next_query(runtime, turn_id, operation_id)
+    runtime.cancel()  # the link is lost before the query is acknowledged
+
+    again = host.runtime()
+    resent = _next_query(again, turn_id, operation_id)
+    assert resent.command_id == query.command_id  # the same command, re-sent
+    # No second query replaces it (the next scheduled one is a window or more away).
+    time.sleep(window / 3)
+    assert again.commands.empty()
+    again.ack(resent.command_id)
+    assert eventually(lambda: _outbox_state(host, resent.command_id) is None)
+    again.close()
+
+
+def _querier_tasks() -> list[asyncio.Task[object]]:
+    return [
+        task
+        for task in asyncio.all_tasks()
+        if not task.done() and "DispositionQuerier._run" in repr(task.get_coro())
+    ]
+
+
+@pytest.mark.spec("HOST-INT-6", "OPS-3")
+def test_the_querier_stops_when_host_drains(migrated_db_url: str) -> None:
+    definition = host_app.build(HostSettings(database_url=migrated_db_url))
+
+    async def lifecycle() -> None:
+        for hook in definition.on_start:
+            await hook()
+        assert len(_querier_tasks()) == 1
+        for hook in definition.on_drain:
+            await hook()
+        assert _querier_tasks() == []  # no query is queued while links shut down
+        for hook in reversed(definition.on_stop):
+            await hook()  # the stop in on_stop finds nothing left to stop
+
+    asyncio.run(lifecycle())

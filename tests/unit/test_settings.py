@@ -71,3 +71,15 @@ def test_invalid_setting_fails_at_start(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("TUTTI_LOG_FORMAT", "xml")
     with pytest.raises(ValueError, match="log_format"):
         ServerSettings()
+
+
+@pytest.mark.spec("OPS-1", "HOST-INT-6")
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_disposition_query_window_must_be_positive(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("TUTTI_INTERACTION_DISPOSITION_QUERY_SECONDS", value)
+    with pytest.raises(ValueError, match="interaction_disposition_query_seconds"):
+        HostSettings()
+    monkeypatch.setenv("TUTTI_INTERACTION_DISPOSITION_QUERY_SECONDS", "0.5")
+    assert HostSettings().interaction_disposition_query_seconds == 0.5

@@ -16,6 +16,10 @@ from store.models import InteractionResponseOperation, RuntimeCommandOutbox
 UNACKNOWLEDGED = ("pending", "dispatched")
 ACKNOWLEDGED = ("completed", "failed")
 
+AWAITED_COMMAND_KINDS = ("apply_settings", "resume_session")
+"""Commands a caller waits for (live settings, HOST-SES-6; activation, HOST-SES-9): a rejected
+one stays ``failed`` until its waiter settles it (``command_outbox.withdraw_awaited``)."""
+
 _SESSION_CHUNK: Final = 500
 """Session ids per ``IN`` list when reading several Sessions' open commands."""
 
@@ -26,11 +30,11 @@ cleanup stays a bounded amount of work under the write lock."""
 _Outbox = RuntimeCommandOutbox
 _Operation = InteractionResponseOperation
 
-# Built once: accepted deliveries whose response operation has completed. A ``completed`` row
-# outlives its acknowledgement only while its operation is open (see
-# ``services.host.turns.command_outbox.record_ack``), so ``state = 'completed'`` (served by
-# ``ix_runtime_command_outbox_due``) reads only such rows; ``failed`` rows also include the
-# commands of deleted Sessions, which stay until the purge, so they are not read here.
+# Built once: acknowledged deliveries (accepted or rejected) whose response operation has
+# completed. Such a row outlives its acknowledgement only while its operation is open (see
+# ``services.host.turns.command_outbox.record_ack``). Rows without an operation are not read
+# (``failed`` ones include the commands of deleted Sessions, which stay until the purge), nor
+# awaited commands (``AWAITED_COMMAND_KINDS``), which their waiter settles.
 _SETTLED_OPERATION_ROWS: Final = (
     select(_Outbox.id)
     .join(
@@ -40,7 +44,12 @@ _SETTLED_OPERATION_ROWS: Final = (
             _Operation.operation_id == _Outbox.operation_id,
         ),
     )
-    .where(_Outbox.state == "completed", _Operation.state == "completed")
+    .where(
+        _Outbox.state.in_(ACKNOWLEDGED),
+        _Outbox.operation_id.is_not(None),
+        _Outbox.command_kind.not_in(AWAITED_COMMAND_KINDS),
+        _Operation.state == "completed",
+    )
     .limit(PRUNE_BATCH)
 )
 
@@ -153,7 +162,7 @@ class RuntimeCommandRepository:
         await self._db.delete(row)
 
     async def prune_settled_operations(self) -> int:
-        """Delete up to :data:`PRUNE_BATCH` accepted deliveries of completed operations.
+        """Delete up to :data:`PRUNE_BATCH` acknowledged deliveries of completed operations.
 
         Returns:
             How many rows were deleted.

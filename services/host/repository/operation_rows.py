@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import exists, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from services.host.repository.changes import apply_fields
 from services.host.repository.row_views import OperationRow
-from store.models import InteractionResponseOperation
+from store.models import InteractionResponseOperation, RuntimeCommandOutbox, Session
+
+_QUERY_KIND = "query_interaction_disposition"
+"""Outbox kind of a disposition query (``command_outbox.QUERY``; repositories sit below it)."""
 
 
 class ResponseOperationRepository:
@@ -80,22 +83,56 @@ class ResponseOperationRepository:
         )
         return list((await self._db.execute(query)).scalars().all())
 
-    async def resolving_dispatched(self, limit: int) -> list[OperationRow]:
-        """Dispatched claimants still ``resolving``, any workspace (HOST-INT-6).
+    async def make_due_for_link(
+        self,
+        *,
+        workspaces: frozenset[str],
+        providers: frozenset[str],
+        target_ids: frozenset[str],
+        now: int,
+    ) -> int:
+        """Make the disposition query of every dispatched claimant a link serves due now.
 
-        A claimant has ``next_attempt_at_unix_ms`` from its first dispatch on; followers and
-        never-dispatched operations have none.
+        One ``UPDATE``: ``resolving`` operations with a query schedule (a dispatched claimant;
+        followers and never-dispatched operations have none) of Sessions of ``providers`` in
+        ``workspaces`` (``"*"`` is all) and, when ``target_ids`` is not empty, of those agent
+        targets — the Sessions ``RuntimeIdentity.serves``. An operation whose query is still
+        unacknowledged is skipped: the reconnect just re-sent it, and replacing it would send
+        the runtime two. Served by the operation's ``(state, next_attempt_at_unix_ms)`` index.
+
+        Returns:
+            How many operations were made due.
         """
-        query = (
-            select(InteractionResponseOperation)
-            .where(
-                InteractionResponseOperation.state == "resolving",
-                InteractionResponseOperation.next_attempt_at_unix_ms.is_not(None),
-            )
-            .order_by(InteractionResponseOperation.next_attempt_at_unix_ms)
-            .limit(limit)
+        op = InteractionResponseOperation
+        served = [
+            Session.workspace_id == op.workspace_id,
+            Session.session_id == op.session_id,
+            Session.provider.in_(sorted(providers)),
+        ]
+        if "*" not in workspaces:
+            served.append(Session.workspace_id.in_(sorted(workspaces)))
+        if target_ids:
+            served.append(func.coalesce(Session.agent_target_id, "").in_(sorted(target_ids)))
+        open_query = exists().where(
+            RuntimeCommandOutbox.workspace_id == op.workspace_id,
+            RuntimeCommandOutbox.session_id == op.session_id,
+            RuntimeCommandOutbox.operation_id == op.operation_id,
+            RuntimeCommandOutbox.command_kind == _QUERY_KIND,
+            RuntimeCommandOutbox.state.in_(("pending", "dispatched")),
         )
-        return list((await self._db.execute(query)).scalars().all())
+        statement = (
+            update(op)
+            .where(
+                op.state == "resolving",
+                op.next_attempt_at_unix_ms > now,
+                exists().where(*served),
+                ~open_query,
+            )
+            .values(next_attempt_at_unix_ms=now)
+            .execution_options(synchronize_session=False)
+        )
+        result = await self._db.execute(statement)
+        return int(getattr(result, "rowcount", 0) or 0)
 
     @staticmethod
     def update(operation: OperationRow, **values: object) -> None:

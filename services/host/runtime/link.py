@@ -154,11 +154,16 @@ async def open_link(
 async def link_ready(ctx: HostContext, handle: RuntimeLinkHandle) -> None:
     """After the welcome: re-send every unacknowledged command this link should run.
 
-    Then ask it about every delivered answer still resolving in the Sessions it serves: its
-    disposition may have been lost with the previous link or Host (HOST-INT-6).
+    Then make every delivered answer still resolving in the Sessions it serves due for a
+    disposition query, which the background querier sends: its disposition may have been lost
+    with the previous link or Host (HOST-INT-6). That is one write, and its failure does not
+    end the link: the durable schedule still queries the answers later.
     """
     await command_outbox.resend_unacknowledged(ctx, handle)
-    await disposition_queries.query_after_reconnect(ctx, handle)
+    try:
+        await disposition_queries.make_due_after_reconnect(ctx, handle)
+    except Exception:  # noqa: BLE001 - the schedule is durable; the link must not end here
+        _log.warning("making disposition queries due after a reconnect failed", exc_info=True)
 
 
 async def close_link(ctx: HostContext, handle: RuntimeLinkHandle) -> None:

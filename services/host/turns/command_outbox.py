@@ -18,7 +18,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from services.host.context import HostContext
-from services.host.repository.command_rows import ACKNOWLEDGED, SessionRoute
+from services.host.repository.command_rows import (
+    ACKNOWLEDGED,
+    AWAITED_COMMAND_KINDS,
+    SessionRoute,
+)
 from services.host.repository.row_views import CommandRow, SessionRow
 from services.host.repository.unit_of_work import HostTransaction
 from services.host.runtime.commands import RuntimeCommandValue
@@ -31,10 +35,6 @@ DELIVER = "deliver_interaction_response"
 
 QUERY = "query_interaction_disposition"
 """Kind of the command that asks for a delivered answer's disposition (HOST-INT-6)."""
-
-AWAITED_COMMAND_KINDS = ("apply_settings", "resume_session")
-"""Commands a caller waits for (live settings, HOST-SES-6; activation, HOST-SES-9): a rejected
-one stays ``failed`` until its waiter settles it (:func:`withdraw_awaited`)."""
 
 
 def enqueue(

@@ -11,7 +11,8 @@ The schedule is durable: the operation's ``next_attempt_at_unix_ms`` is set to t
 when its delivery is dispatched (``command_outbox``) and pushed back by every query, the
 interval growing with the operation's age (doubling, up to :data:`MAX_QUERY_INTERVAL_MS`). A
 restarted Host reads it back, and a (re)connected link makes the queries of the Sessions it
-serves due at once, so an answer lost with a link is asked for again on the next one.
+serves due at once and wakes the sweep, so an answer lost with a link is asked for again on
+the next one.
 """
 
 from __future__ import annotations
@@ -106,35 +107,31 @@ async def _queue_query(
     return True
 
 
-async def query_after_reconnect(ctx: HostContext, link: RuntimeLinkHandle) -> int:
-    """A link (re)connected: ask it at once about every resolving answer it serves.
+async def make_due_after_reconnect(ctx: HostContext, link: RuntimeLinkHandle) -> int:
+    """A link (re)connected: make every resolving answer of the Sessions it serves due now.
 
-    An answer delivered on a lost link (or before a Host restart) may have been applied
-    with its disposition lost; the runtime's registry says what became of it.
+    An answer delivered on a lost link (or before a Host restart) may have been applied with
+    its disposition lost; the runtime's registry says what became of it. One write here; the
+    background :class:`DispositionQuerier`, woken at once, sends the queries, so the link's
+    first frames never wait behind them.
 
     Returns:
-        How many queries were queued.
+        How many operations were made due.
     """
-    now = ctx.clock()
+    identity = link.identity
 
     async def make_due(repos: HostTransaction) -> int:
-        count = 0
-        served: dict[tuple[str, str], bool] = {}
-        for operation in await repos.operations.resolving_dispatched(QUERY_BATCH):
-            key = (operation.workspace_id, operation.session_id)
-            if key not in served:
-                session = await repos.session_rows.get(*key)
-                served[key] = session is not None and link.identity.serves(
-                    session.workspace_id, session.agent_target_id, session.provider
-                )
-            if served[key]:
-                repos.operations.update(operation, next_attempt_at_unix_ms=now)
-                count += 1
-        return count
+        return await repos.operations.make_due_for_link(
+            workspaces=identity.workspaces,
+            providers=identity.providers,
+            target_ids=identity.target_ids,
+            now=ctx.clock(),
+        )
 
-    if not await ctx.transact(make_due):
-        return 0
-    return await send_due_queries(ctx)
+    count = await ctx.transact(make_due)
+    if count:
+        ctx.disposition_queries_due.set()
+    return count
 
 
 class DispositionQuerier:
@@ -162,8 +159,12 @@ class DispositionQuerier:
             self._task = None
 
     async def _run(self) -> None:
+        due = self._ctx.disposition_queries_due
         while True:
-            await asyncio.sleep(self.poll_seconds)
+            # A reconnect wakes the sweep at once; otherwise it looks every poll interval.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(due.wait(), self.poll_seconds)
+            due.clear()
             try:
                 await send_due_queries(self._ctx)
             except Exception:  # noqa: BLE001 - the schedule is durable: retry next sweep

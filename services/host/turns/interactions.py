@@ -434,6 +434,11 @@ async def apply_disposition(
         updated_at_unix_ms=now,
         last_error=item.detail,
     )
+    # Nothing is left to ask: an open query's acknowledgement then finds no row (ignored).
+    for row in await repos.commands.of_operation(
+        session.workspace_id, session.session_id, operation.operation_id, command_outbox.QUERY
+    ):
+        await repos.commands.delete(row)
     if interaction is not None:
         if interaction.status not in TERMINAL:
             repos.interactions.update(

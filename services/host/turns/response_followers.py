@@ -105,8 +105,11 @@ async def complete_open_operations(
     """Complete the Interaction's open operations: the claimant with ``disposition``.
 
     Every follower becomes ``answered`` when the claimant does and ``superseded`` otherwise.
+    The claimant is found as :func:`claimant` finds it, so a claim stored before its id was
+    kept still tells its followers apart.
     """
-    leader_id = claimant_id(interaction)
+    leader = await claimant(repos, interaction)
+    leader_id = None if leader is None else leader.operation_id
     for operation in await repos.operations.open_for_interaction(
         interaction.workspace_id,
         interaction.session_id,
