@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,16 @@ SERVICES = {
 METRICS_PORT = 9464
 DEFAULT_GRACE_SECONDS = 20
 APP_UID = 10001
-SINGLETONS = ("host", "maintenance")
+# Single-replica services with the Recreate strategy, per kustomization. In production host
+# runs several replicas (ADR 0006, SCALE-7; tests/deploy/test_replicas.py).
+SINGLETONS = {
+    "base": ("host", "maintenance"),
+    "local": ("host", "maintenance"),
+    "production": ("maintenance",),
+}
+# Settings of the cross-replica live log (SCALE-3), read by host and livestream only; checked
+# by tests/deploy/test_replicas.py, which knows whether they are fields yet.
+BUS_VARIABLES = frozenset({"TUTTI_BUS", "TUTTI_NATS_URL"})
 NAMESPACE = "tutti"
 
 Document = dict[str, Any]
@@ -210,16 +220,27 @@ def test_services_route_grpc_and_metrics_to_the_pods(name: str) -> None:
 
 @pytest.mark.parametrize("name", KUSTOMIZATIONS)
 def test_service_addresses_in_config_resolve_to_services(name: str) -> None:
-    """TUTTI_*_ADDRESS values name a rendered Service and its gRPC port."""
+    """TUTTI_*_ADDRESS values name a rendered Service selecting the service, at its gRPC port.
+
+    A ``dns:///`` address (production, client-side round robin) names a headless Service.
+    """
     docs = rendered(name)
     data = config_data(docs)
+    services = of_kind(docs, "Service")
     for variable, service in (
         ("TUTTI_HOST_ADDRESS", "host"),
         ("TUTTI_APPCENTER_ADDRESS", "appcenter"),
         ("TUTTI_ISSUEMANAGER_ADDRESS", "issuemanager"),
     ):
-        assert data[variable] == f"{service}:{SERVICES[service]}"
-        assert service in of_kind(docs, "Service")
+        address = data[variable]
+        balanced = address.startswith("dns:///")
+        target_name, _, port = address.removeprefix("dns:///").partition(":")
+        assert int(port) == SERVICES[service], variable
+        target = services[target_name]["spec"]
+        assert target["selector"] == {"app.kubernetes.io/name": service}, variable
+        assert (target.get("clusterIP") == "None") is balanced, variable
+        ports = {entry["name"]: entry["port"] for entry in target["ports"]}
+        assert ports["grpc"] == SERVICES[service], variable
 
 
 # --- probes, resources, security, drain ------------------------------------------------------
@@ -291,10 +312,12 @@ def _suite_image(name: str) -> str:
 
 @pytest.mark.parametrize("name", KUSTOMIZATIONS)
 def test_termination_grace_exceeds_drain_grace(name: str) -> None:
-    """terminationGracePeriodSeconds > TUTTI_GRACE_PERIOD_SECONDS, so the drain ends before KILL.
+    """terminationGracePeriodSeconds > preStop sleep + TUTTI_GRACE_PERIOD_SECONDS.
 
     The drain delay (keep answering NOT_SERVING while endpoint removal propagates) is spent
-    inside the grace period, and the server caps it at half of it.
+    inside the grace period, and the server caps it at half of it. The kubelet counts the
+    termination grace from the start of a preStop hook, so a preStop sleep (production, before
+    SIGTERM) adds to what the grace must cover; any other hook would be unbounded.
     """
     docs = rendered(name)
     for service, deployment in of_kind(docs, "Deployment").items():
@@ -302,10 +325,13 @@ def test_termination_grace_exceeds_drain_grace(name: str) -> None:
         container = pod["containers"][0]
         env = effective_env(container, docs)
         drain = float(env.get("TUTTI_GRACE_PERIOD_SECONDS", DEFAULT_GRACE_SECONDS))
-        assert pod["terminationGracePeriodSeconds"] > drain, service
+        pre_stop = container.get("lifecycle", {}).get("preStop")
+        sleep = 0
+        if pre_stop is not None:
+            assert set(pre_stop) == {"sleep"}, service
+            sleep = pre_stop["sleep"]["seconds"]
+        assert pod["terminationGracePeriodSeconds"] > sleep + drain, service
         assert 0 < float(env["TUTTI_DRAIN_DELAY_SECONDS"]) <= drain / 2, service
-        # A preStop hook would spend the same budget a second time, outside the server's view.
-        assert "preStop" not in container.get("lifecycle", {}), service
     livestream = of_kind(docs, "Deployment")["livestream"]["spec"]["template"]["spec"]
     host = of_kind(docs, "Deployment")["host"]["spec"]["template"]["spec"]
     assert livestream["terminationGracePeriodSeconds"] > host["terminationGracePeriodSeconds"]
@@ -313,14 +339,27 @@ def test_termination_grace_exceeds_drain_grace(name: str) -> None:
 
 @pytest.mark.parametrize("name", KUSTOMIZATIONS)
 def test_every_tutti_variable_is_a_setting(name: str) -> None:
-    """Each TUTTI_* variable names a ServerSettings field (unknown ones would be ignored)."""
+    """Each TUTTI_* variable names a field of the settings its process reads.
+
+    A Deployment's container is checked against its service's ``Settings``, anything else
+    (the migration Job) against ``ServerSettings``; an unknown variable would be ignored.
+    """
     docs = rendered(name)
-    fields = set(ServerSettings.model_fields)
     for owner, template in pod_templates(docs):
+        fields = set(ServerSettings.model_fields)
+        kind, _, workload = owner.partition("/")
+        if kind == "Deployment":
+            fields = set(service_settings(workload).model_fields)
         for container in containers(template):
             for variable in effective_env(container, docs):
-                if variable.startswith("TUTTI_"):
+                if variable.startswith("TUTTI_") and variable not in BUS_VARIABLES:
                     assert variable.removeprefix("TUTTI_").lower() in fields, (owner, variable)
+
+
+def service_settings(service: str) -> type[ServerSettings]:
+    """The settings class of one service (``services/<service>/settings.py``)."""
+    settings: type[ServerSettings] = importlib.import_module(f"services.{service}.settings").Settings
+    return settings
 
 
 def test_ports_match_the_settings_defaults() -> None:
@@ -432,9 +471,9 @@ def test_local_overlay_provides_secrets_and_postgres() -> None:
 
 @pytest.mark.parametrize("name", KUSTOMIZATIONS)
 def test_singletons_run_one_replica_and_recreate(name: str) -> None:
-    """maintenance (serialized scheduler) and host (single writer) never overlap on rollout."""
+    """Single-replica services never overlap on rollout (maintenance; host outside production)."""
     deployments = of_kind(rendered(name), "Deployment")
-    for service in SINGLETONS:
+    for service in SINGLETONS[name]:
         assert deployments[service]["spec"]["replicas"] == 1, service
         assert deployments[service]["spec"]["strategy"] == {"type": "Recreate"}, service
 
@@ -445,7 +484,7 @@ def test_production_scales_stateless_services_behind_pdbs() -> None:
     deployments = of_kind(docs, "Deployment")
     budgets = of_kind(docs, "PodDisruptionBudget")
     for service, deployment in deployments.items():
-        if service in SINGLETONS:
+        if service in SINGLETONS["production"]:
             assert service not in budgets
             continue
         assert deployment["spec"]["replicas"] >= 2, service
