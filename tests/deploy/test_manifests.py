@@ -358,7 +358,9 @@ def test_every_tutti_variable_is_a_setting(name: str) -> None:
 
 def service_settings(service: str) -> type[ServerSettings]:
     """The settings class of one service (``services/<service>/settings.py``)."""
-    settings: type[ServerSettings] = importlib.import_module(f"services.{service}.settings").Settings
+    settings: type[ServerSettings] = importlib.import_module(
+        f"services.{service}.settings"
+    ).Settings
     return settings
 
 

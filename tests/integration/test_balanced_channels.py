@@ -13,11 +13,14 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from grpcserver.app import ServiceDefinition, start_server
 from grpcserver.channels import aio_channel, sync_channel
 from grpcserver.settings import ServerSettings
 
@@ -69,7 +72,7 @@ def _target(replicas: list[Replica]) -> str:
 
 
 def _names(channel: grpc.Channel, calls: int) -> Counter[str]:
-    call = channel.unary_unary(METHOD)
+    call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(METHOD)
     return Counter(call(b"", timeout=10, wait_for_ready=True).decode() for _ in range(calls))
 
 
@@ -108,7 +111,7 @@ def test_the_aio_channel_is_balanced_too(replicas: list[Replica]) -> None:
 
     async def run() -> Counter[str]:
         async with aio_channel(_target(replicas), ServerSettings()) as channel:
-            call = channel.unary_unary(METHOD)
+            call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(METHOD)
             for _ in range(200):
                 seen = {await call(b"", timeout=10, wait_for_ready=True) for _ in range(4)}
                 if seen == {b"a", b"b"}:
@@ -121,3 +124,49 @@ def test_the_aio_channel_is_balanced_too(replicas: list[Replica]) -> None:
 
     assert asyncio.run(run()) == {"a": CALLS // 2, "b": CALLS // 2}
 
+
+def test_a_drain_of_the_suites_server_loses_no_call(tmp_path: Path) -> None:
+    """Two servers of the suite's own bootstrap: one drains, every call still succeeds.
+
+    The servers here are the real bootstrap (interceptor, authentication, drain), so this
+    shows that the balanced channel's health watch passes the interceptor without a token (a
+    refused watch would leave no healthy replica and fail the calls) and that calls made
+    without ``wait_for_ready`` keep succeeding while one replica drains and stops. Which
+    replica answers is shown by ``test_a_draining_replica_gets_no_new_calls``.
+    """
+
+    async def run() -> tuple[int, int]:
+        settings = ServerSettings(
+            listen_address="127.0.0.1:0",
+            data_dir=tmp_path,
+            grace_period_seconds=2.0,
+            drain_delay_seconds=0.5,
+            reflection=False,
+        )
+        definition = ServiceDefinition(name="probe", service_names=[], register=lambda _: None)
+        servers = [await start_server(definition, settings) for _ in range(2)]
+        target = "ipv4:" + ",".join(f"127.0.0.1:{server.port}" for server in servers)
+        failures = successes = 0
+        try:
+            async with aio_channel(target, settings) as channel:
+                # The generated stub is typed for sync channels.
+                stub: Any = health_pb2_grpc.HealthStub(channel)
+                request = health_pb2.HealthCheckRequest()
+                await stub.Check(request, timeout=10, wait_for_ready=True)
+                draining = asyncio.create_task(servers[0].stop())
+                while not draining.done() or successes < 50:
+                    try:
+                        await stub.Check(request, timeout=10)
+                        successes += 1
+                    except grpc.aio.AioRpcError:
+                        failures += 1
+                    await asyncio.sleep(0.005)
+                await draining
+        finally:
+            for server in servers:
+                await server.stop(grace=0)
+        return successes, failures
+
+    successes, failures = asyncio.run(run())
+    assert successes >= 50
+    assert failures == 0
