@@ -1,0 +1,440 @@
+"""The cross-replica live log on NATS JetStream (``TUTTI_BUS=nats``, SCALE-3, ADR 0036).
+
+One stream (``TUTTI_LIVE_LOG_STREAM``) holds one subject per workspace
+(``<prefix>.<workspace token>``), bounded by count, bytes and age with the oldest discarded
+first. A publication is a JetStream publish with ``Nats-Msg-Id`` that returns only after the
+stream's acknowledgement. A subscription is an ephemeral push consumer on the workspace's
+subject that starts at a stream sequence; this module (not the client's ordered-consumer
+mode, whose reset silently starts at the next retained message) re-establishes it from its
+cursor whenever the consumer sequence skips, heartbeats stop or the connection comes back,
+and checks the cursor first, so anything that may be missing becomes a typed
+:class:`~livelog.interface.Discontinuity`.
+
+A publication that fails marks its workspace: the next successful publication to it is
+preceded by a gap record, which subscribers see as ``PUBLISH_FAILED`` — items a publisher
+could not publish while the bus was unreachable are never silently absent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Generic, TypeVar
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext, api
+
+from livelog.codec import Codec
+from livelog.cursor import start_after
+from livelog.interface import (
+    Discontinuity,
+    DiscontinuityReason,
+    LiveLogUnavailable,
+    LogEntry,
+    LogPosition,
+    PublishAck,
+)
+from livelog.settings import LiveLogSettings
+from livelog.subjects import workspace_subject
+
+__all__ = ["JetStreamLiveLog"]
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+MSG_ID = "Nats-Msg-Id"
+GAP_HEADER = "Tutti-Gap"
+"""Header of a gap record: a publisher failed to publish items of this subject before it."""
+
+_STATUS = "Status"
+_LAST_CONSUMER = "Nats-Last-Consumer"
+# Errors the client raises when the server cannot be reached or does not answer in time.
+_UNAVAILABLE = (
+    TimeoutError,
+    nats.errors.Error,
+    nats.js.errors.Error,
+    OSError,
+)
+_PENDING_MSGS = 65_536
+_PENDING_BYTES = 64 * 1024 * 1024
+
+
+class JetStreamLiveLog(Generic[T]):
+    """The live log on one NATS connection; create it with :meth:`connect`."""
+
+    def __init__(self, settings: LiveLogSettings, codec: Codec[T], client: NatsClient) -> None:
+        self._settings = settings
+        self._codec = codec
+        self._nc = client
+        self._js: JetStreamContext = client.jetstream(
+            timeout=settings.live_log_publish_timeout_seconds
+        )
+        self._stream = settings.live_log_stream
+        self.epoch = ""
+        self._lost: set[str] = set()
+        self._subscriptions: set[_JetStreamSubscription[T]] = set()
+        self._stream_checked = asyncio.Event()
+        self._closed = False
+
+    @classmethod
+    async def connect(
+        cls, settings: LiveLogSettings, codec: Codec[T], *, name: str = "tutti-livelog"
+    ) -> JetStreamLiveLog[T]:
+        """Connect to ``settings.nats_url`` and make sure the stream exists with its bounds.
+
+        Raises:
+            LiveLogUnavailable: the server cannot be reached.
+        """
+        holder: dict[str, JetStreamLiveLog[T]] = {}
+
+        async def reconnected() -> None:
+            log = holder.get("log")
+            if log is not None:
+                log._on_reconnected()
+
+        async def disconnected() -> None:
+            _log.warning("live log: NATS connection lost; reconnecting")
+
+        async def error(err: Exception) -> None:
+            _log.warning("live log: NATS error: %s", err)
+
+        try:
+            client = await nats.connect(
+                servers=[url.strip() for url in settings.nats_url.split(",") if url.strip()],
+                name=name,
+                # No reconnect buffer: a publication while the connection is down fails at
+                # once (typed) instead of being sent later, after items published since.
+                pending_size=0,
+                allow_reconnect=True,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.25,
+                connect_timeout=2,
+                reconnected_cb=reconnected,
+                disconnected_cb=disconnected,
+                error_cb=error,
+            )
+        except _UNAVAILABLE as err:
+            raise LiveLogUnavailable(f"NATS at {settings.nats_url} unreachable: {err}") from err
+        log = cls(settings, codec, client)
+        holder["log"] = log
+        try:
+            await log._ensure_stream()
+        except BaseException:
+            await client.close()
+            raise
+        return log
+
+    def _stream_config(self) -> api.StreamConfig:
+        settings = self._settings
+        return api.StreamConfig(
+            name=self._stream,
+            subjects=[f"{settings.live_log_subject_prefix}.>"],
+            retention=api.RetentionPolicy.LIMITS,
+            discard=api.DiscardPolicy.OLD,
+            max_msgs=settings.live_log_max_msgs,
+            max_bytes=settings.live_log_max_bytes,
+            max_age=settings.live_log_max_age_seconds,
+            duplicate_window=min(
+                settings.live_log_duplicate_window_seconds, settings.live_log_max_age_seconds
+            ),
+            storage=(
+                api.StorageType.FILE
+                if settings.live_log_storage == "file"
+                else api.StorageType.MEMORY
+            ),
+            num_replicas=settings.live_log_replicas,
+            allow_direct=True,
+        )
+
+    async def _ensure_stream(self) -> None:
+        """Create the stream, or bring an existing one to the configured bounds; read its epoch."""
+        config = self._stream_config()
+        try:
+            try:
+                info = await self._js.add_stream(config)
+            except nats.js.errors.BadRequestError:
+                # The stream exists with other bounds (err_code 10058): apply ours.
+                info = await self._js.update_stream(config)
+        except _UNAVAILABLE as err:
+            raise LiveLogUnavailable(f"stream {self._stream} unavailable: {err}") from err
+        self.epoch = _epoch_of(info)
+        self._stream_checked.set()
+
+    def _on_reconnected(self) -> None:
+        # The server may have restarted without the stream (memory storage): check it again
+        # before the next publication, which then carries the stream's current epoch.
+        self._stream_checked.clear()
+        for subscription in tuple(self._subscriptions):
+            subscription.request_reset()
+
+    async def _ready(self) -> None:
+        if self._closed:
+            raise LiveLogUnavailable("the live log is closed")
+        if not self._stream_checked.is_set():
+            await self._ensure_stream()
+
+    async def stream_state(self) -> tuple[str, int, int]:
+        """``(epoch, first_sequence, last_sequence)`` of the stream now.
+
+        Raises:
+            LiveLogUnavailable: the server cannot be reached.
+        """
+        try:
+            info = await self._js.stream_info(self._stream)
+        except nats.js.errors.NotFoundError:
+            await self._ensure_stream()
+            info = await self._js.stream_info(self._stream)
+        except _UNAVAILABLE as err:
+            raise LiveLogUnavailable(f"stream {self._stream} unavailable: {err}") from err
+        epoch = _epoch_of(info)
+        self.epoch = epoch
+        return epoch, info.state.first_seq, info.state.last_seq
+
+    async def publish(self, workspace_id: str, item: T, msg_id: str) -> PublishAck:
+        """Publish and wait for JetStream's acknowledgement; see :class:`~livelog.LiveLog`."""
+        subject = workspace_subject(self._settings.live_log_subject_prefix, workspace_id)
+        data = self._codec.encode(item)
+        try:
+            await self._ready()
+            if workspace_id in self._lost:
+                await self._js.publish(
+                    subject,
+                    b"",
+                    stream=self._stream,
+                    headers={MSG_ID: f"gap:{uuid.uuid4().hex}", GAP_HEADER: "publish_failed"},
+                )
+                self._lost.discard(workspace_id)
+            ack = await self._js.publish(
+                subject, data, stream=self._stream, headers={MSG_ID: msg_id}
+            )
+        except LiveLogUnavailable:
+            self._lost.add(workspace_id)
+            raise
+        except _UNAVAILABLE as err:
+            self._lost.add(workspace_id)
+            if isinstance(err, nats.js.errors.NoStreamResponseError):
+                self._stream_checked.clear()
+            raise LiveLogUnavailable(f"publish to {subject} failed: {err!r}") from err
+        return PublishAck(LogPosition(self.epoch, ack.seq), duplicate=bool(ack.duplicate))
+
+    async def subscribe(
+        self, workspace_id: str, after: LogPosition | None
+    ) -> _JetStreamSubscription[T]:
+        """Subscribe from ``after`` (established on return); see :class:`~livelog.LiveLog`."""
+        subject = workspace_subject(self._settings.live_log_subject_prefix, workspace_id)
+        if self._closed:
+            raise LiveLogUnavailable("the live log is closed")
+        subscription = _JetStreamSubscription(self, workspace_id, subject, after)
+        await subscription.start()
+        self._subscriptions.add(subscription)
+        return subscription
+
+    async def close(self) -> None:
+        """End every subscription and close the connection."""
+        self._closed = True
+        for subscription in tuple(self._subscriptions):
+            await subscription.close()
+        with contextlib.suppress(*_UNAVAILABLE):
+            await self._nc.drain()
+
+    @property
+    def client(self) -> NatsClient:
+        """The NATS connection (tests and benchmarks)."""
+        return self._nc
+
+    @property
+    def js(self) -> JetStreamContext:
+        """The JetStream context (tests and benchmarks)."""
+        return self._js
+
+
+def _epoch_of(info: api.StreamInfo) -> str:
+    created = info.created.isoformat() if info.created is not None else "unknown"
+    return f"{info.config.name}@{created}"
+
+
+class _JetStreamSubscription(Generic[T]):
+    """One workspace's entries through an ephemeral push consumer it re-creates as needed."""
+
+    def __init__(
+        self,
+        log: JetStreamLiveLog[T],
+        workspace_id: str,
+        subject: str,
+        after: LogPosition | None,
+    ) -> None:
+        self.workspace_id = workspace_id
+        self._log = log
+        self._subject = subject
+        self._after = after
+        self._last = after
+        self._last_msg_id: str | None = None
+        self._pending: deque[Discontinuity] = deque()
+        self._sub: Subscription | None = None
+        self._consumer: str | None = None
+        self._consumer_sequence = 0
+        self._epoch = ""
+        self._reset_requested = False
+        self._closed = False
+
+    async def start(self) -> None:
+        """Check the cursor and create the consumer (raises ``LiveLogUnavailable``)."""
+        await self._establish(self._after, identity=None)
+
+    def request_reset(self) -> None:
+        """Re-establish from the cursor at the next read (the connection came back)."""
+        self._reset_requested = True
+
+    async def _establish(self, after: LogPosition | None, identity: str | None) -> None:
+        log = self._log
+        epoch, first, last = await log.stream_state()
+        reason, next_sequence = start_after(
+            after, epoch=epoch, first_sequence=first, last_sequence=last
+        )
+        # The cursor's item must still be the one this subscriber saw: a server that lost
+        # acknowledged items (no fsync before a crash) would reuse their sequences.
+        if (
+            reason is None
+            and identity is not None
+            and after is not None
+            and await self._message_id_at(after.sequence) != identity
+        ):
+            reason, next_sequence = DiscontinuityReason.CURSOR_REWRITTEN, after.sequence + 1
+        if reason is not None:
+            self._pending.append(Discontinuity(self.workspace_id, reason, self._last))
+            self._last_msg_id = None
+        self._epoch = epoch
+        await self._teardown()
+        inbox = log.client.new_inbox()
+        self._sub = await log.client.subscribe(
+            inbox, pending_msgs_limit=_PENDING_MSGS, pending_bytes_limit=_PENDING_BYTES
+        )
+        heartbeat = log._settings.live_log_heartbeat_seconds
+        config = api.ConsumerConfig(
+            deliver_subject=inbox,
+            filter_subject=self._subject,
+            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=max(1, next_sequence),
+            ack_policy=api.AckPolicy.NONE,
+            max_deliver=1,
+            flow_control=True,
+            idle_heartbeat=heartbeat,
+            mem_storage=True,
+            num_replicas=1,
+            inactive_threshold=max(5.0, heartbeat * 10),
+        )
+        try:
+            info = await log.js.add_consumer(log._stream, config=config)
+        except _UNAVAILABLE as err:
+            await self._teardown()
+            raise LiveLogUnavailable(f"consumer on {self._subject} failed: {err!r}") from err
+        self._consumer = info.name
+        self._consumer_sequence = 0
+        self._reset_requested = False
+
+    async def _message_id_at(self, sequence: int) -> str | None:
+        if sequence < 1:
+            return None
+        try:
+            message = await self._log.js.get_msg(self._log._stream, sequence)
+        except nats.js.errors.NotFoundError:
+            return None
+        except _UNAVAILABLE as err:
+            raise LiveLogUnavailable(f"read of sequence {sequence} failed: {err!r}") from err
+        headers = message.headers or {}
+        return headers.get(MSG_ID)
+
+    async def _teardown(self) -> None:
+        sub, consumer = self._sub, self._consumer
+        self._sub = None
+        self._consumer = None
+        if sub is not None:
+            with contextlib.suppress(*_UNAVAILABLE):
+                await sub.unsubscribe()
+        if consumer is not None and self._log.client.is_connected:
+            with contextlib.suppress(*_UNAVAILABLE):
+                await self._log.js.delete_consumer(self._log._stream, consumer)
+
+    async def _reset(self) -> None:
+        """Re-establish from the cursor, retrying while the server is unreachable."""
+        delay = 0.1
+        while not self._closed:
+            try:
+                await self._establish(self._last, identity=self._last_msg_id)
+                return
+            except LiveLogUnavailable as err:
+                _log.info("live log: resubscribing %s: %s", self._subject, err)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def __aiter__(self) -> AsyncIterator[LogEntry[T] | Discontinuity]:
+        return self
+
+    async def __anext__(self) -> LogEntry[T] | Discontinuity:
+        # Two missed heartbeats mean the consumer or the connection is gone.
+        silence = self._log._settings.live_log_heartbeat_seconds * 2.5
+        while True:
+            if self._closed:
+                raise StopAsyncIteration
+            if self._pending:
+                return self._pending.popleft()
+            if self._reset_requested or self._sub is None:
+                await self._reset()
+                continue
+            try:
+                message = await self._sub.next_msg(timeout=silence)
+            except _UNAVAILABLE:
+                self._reset_requested = True
+                continue
+            event = await self._handle(message)
+            if event is not None:
+                return event
+
+    async def _handle(self, message: Msg) -> LogEntry[T] | Discontinuity | None:
+        headers = message.headers or {}
+        if headers.get(_STATUS) == "100":
+            if message.reply:  # flow control: the server waits for this answer
+                with contextlib.suppress(*_UNAVAILABLE):
+                    await self._log.client.publish(message.reply, b"")
+            last_consumer = headers.get(_LAST_CONSUMER)
+            if last_consumer is not None and int(last_consumer) != self._consumer_sequence:
+                self._reset_requested = True  # the heartbeat says we missed deliveries
+            return None
+        if headers.get(_STATUS):
+            self._reset_requested = True  # e.g. the consumer was deleted
+            return None
+        metadata = message.metadata
+        if metadata.sequence.consumer != self._consumer_sequence + 1:
+            # A delivery was dropped (a slow subscriber over its pending limits): resume
+            # from the cursor, which still names the last entry returned.
+            self._reset_requested = True
+            return None
+        self._consumer_sequence = metadata.sequence.consumer
+        position = LogPosition(self._epoch, metadata.sequence.stream)
+        previous = self._last
+        self._last = position
+        msg_id = headers.get(MSG_ID, "")
+        self._last_msg_id = msg_id
+        if headers.get(GAP_HEADER):
+            return Discontinuity(
+                self.workspace_id, DiscontinuityReason.PUBLISH_FAILED, previous, position
+            )
+        return LogEntry(self.workspace_id, position, msg_id, self._log._codec.decode(message.data))
+
+    async def close(self) -> None:
+        """Stop the subscription and delete its consumer."""
+        if self._closed:
+            return
+        self._closed = True
+        self._log._subscriptions.discard(self)
+        await self._teardown()
