@@ -58,6 +58,7 @@ GAP_HEADER = "Tutti-Gap"
 
 _STATUS = "Status"
 _LAST_CONSUMER = "Nats-Last-Consumer"
+_CONSUMER_STALLED = "Nats-Consumer-Stalled"
 # Errors the client raises when the server cannot be reached or does not answer in time.
 _UNAVAILABLE = (
     TimeoutError,
@@ -403,9 +404,12 @@ class _JetStreamSubscription(Generic[T]):
     async def _handle(self, message: Msg) -> LogEntry[T] | Discontinuity | None:
         headers = message.headers or {}
         if headers.get(_STATUS) == "100":
-            if message.reply:  # flow control: the server waits for this answer
+            # Flow control: the server waits for an answer to the request's reply subject, or
+            # to the one a heartbeat names when the consumer stalled on a lost answer.
+            answer_to = message.reply or headers.get(_CONSUMER_STALLED)
+            if answer_to:
                 with contextlib.suppress(*_UNAVAILABLE):
-                    await self._log.client.publish(message.reply, b"")
+                    await self._log.client.publish(answer_to, b"")
             last_consumer = headers.get(_LAST_CONSUMER)
             if last_consumer is not None and int(last_consumer) != self._consumer_sequence:
                 self._reset_requested = True  # the heartbeat says we missed deliveries
