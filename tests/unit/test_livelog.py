@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -95,3 +96,14 @@ def test_the_default_bus_is_in_process_and_nats_is_chosen_by_environment(
     monkeypatch.setenv("TUTTI_LIVE_LOG_STREAM", "bad.name")
     with pytest.raises(ValueError, match="live_log_stream"):
         LiveLogSettings()
+
+
+@pytest.mark.spec("OPS-1")
+def test_every_live_log_setting_is_documented() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    missing = [
+        f"TUTTI_{name.upper()}"
+        for name in LiveLogSettings.model_fields
+        if f"`TUTTI_{name.upper()}`" not in text
+    ]
+    assert not missing
