@@ -104,7 +104,9 @@ class JetStreamLiveLog(Generic[T]):
                 log._on_reconnected()
 
         async def disconnected() -> None:
-            _log.warning("live log: NATS connection lost; reconnecting")
+            log = holder.get("log")
+            if log is not None and not log._closed:
+                _log.warning("live log: NATS connection lost; reconnecting")
 
         async def error(err: Exception) -> None:
             _log.warning("live log: NATS error: %s", err)
