@@ -59,6 +59,7 @@ GAP_HEADER = "Tutti-Gap"
 _STATUS = "Status"
 _LAST_CONSUMER = "Nats-Last-Consumer"
 _CONSUMER_STALLED = "Nats-Consumer-Stalled"
+_LAST_STREAM = "Nats-Last-Stream"
 # Errors the client raises when the server cannot be reached or does not answer in time.
 _UNAVAILABLE = (
     TimeoutError,
@@ -281,7 +282,12 @@ class _JetStreamSubscription(Generic[T]):
         self._subject = subject
         self._after = after
         self._last = after
-        self._last_msg_id: str | None = None
+        """The last position the subscriber was given (reported with a discontinuity)."""
+        self._resume: LogPosition | None = after
+        """Where a re-establishment continues: the last entry, or further when a heartbeat
+        said the consumer had looked past it (the workspace had nothing there)."""
+        self._identity: tuple[int, str] | None = None
+        """``(sequence, message id)`` of the last entry, checked when re-establishing."""
         self._pending: deque[Discontinuity] = deque()
         self._sub: Subscription | None = None
         self._consumer: str | None = None
@@ -292,31 +298,35 @@ class _JetStreamSubscription(Generic[T]):
 
     async def start(self) -> None:
         """Check the cursor and create the consumer (raises ``LiveLogUnavailable``)."""
-        await self._establish(self._after, identity=None)
+        await self._establish(self._after)
 
     def request_reset(self) -> None:
         """Re-establish from the cursor at the next read (the connection came back)."""
         self._reset_requested = True
 
-    async def _establish(self, after: LogPosition | None, identity: str | None) -> None:
+    async def _establish(self, after: LogPosition | None) -> None:
         log = self._log
         epoch, first, last = await log.stream_state()
         reason, next_sequence = start_after(
             after, epoch=epoch, first_sequence=first, last_sequence=last
         )
-        # The cursor's item must still be the one this subscriber saw: a server that lost
+        # The last entry must still be the one this subscriber saw: a server that lost
         # acknowledged items (no fsync before a crash) would reuse their sequences.
+        identity = self._identity
         if (
             reason is None
             and identity is not None
-            and after is not None
-            and await self._message_id_at(after.sequence) != identity
+            and identity[0] >= first
+            and await self._message_id_at(identity[0]) != identity[1]
         ):
-            reason, next_sequence = DiscontinuityReason.CURSOR_REWRITTEN, after.sequence + 1
+            reason, next_sequence = DiscontinuityReason.CURSOR_REWRITTEN, identity[0] + 1
         if reason is not None:
             self._pending.append(Discontinuity(self.workspace_id, reason, self._last))
-            self._last_msg_id = None
+            self._identity = None
         self._epoch = epoch
+        # From here on a re-establishment continues exactly here, even before any entry
+        # arrives (a new-only subscription must not skip what is published meanwhile).
+        self._resume = LogPosition(epoch, next_sequence - 1)
         await self._teardown()
         inbox = log.client.new_inbox()
         self._sub = await log.client.subscribe(
@@ -373,7 +383,7 @@ class _JetStreamSubscription(Generic[T]):
         delay = 0.1
         while not self._closed:
             try:
-                await self._establish(self._last, identity=self._last_msg_id)
+                await self._establish(self._resume)
                 return
             except LiveLogUnavailable as err:
                 _log.info("live log: resubscribing %s: %s", self._subject, err)
@@ -415,6 +425,8 @@ class _JetStreamSubscription(Generic[T]):
             last_consumer = headers.get(_LAST_CONSUMER)
             if last_consumer is not None and int(last_consumer) != self._consumer_sequence:
                 self._reset_requested = True  # the heartbeat says we missed deliveries
+                return None
+            self._advance_watermark(headers.get(_LAST_STREAM))
             return None
         if headers.get(_STATUS):
             self._reset_requested = True  # e.g. the consumer was deleted
@@ -428,14 +440,33 @@ class _JetStreamSubscription(Generic[T]):
         self._consumer_sequence = metadata.sequence.consumer
         position = LogPosition(self._epoch, metadata.sequence.stream)
         previous = self._last
-        self._last = position
+        self._last = self._resume = position
         msg_id = headers.get(MSG_ID, "")
-        self._last_msg_id = msg_id
+        self._identity = (position.sequence, msg_id)
         if headers.get(GAP_HEADER):
             return Discontinuity(
                 self.workspace_id, DiscontinuityReason.PUBLISH_FAILED, previous, position
             )
         return LogEntry(self.workspace_id, position, msg_id, self._log._codec.decode(message.data))
+
+    def _advance_watermark(self, last_stream: str | None) -> None:
+        """Move the resume point to what the consumer has looked at (a heartbeat said so).
+
+        A filtered consumer's heartbeat names the last stream sequence it considered; with
+        every delivery received, the workspace has no item up to there. Resuming from it
+        keeps a quiet workspace's subscriber from reporting an eviction of other
+        workspaces' items after a reconnect.
+        """
+        if last_stream is None or self._resume is None:
+            return
+        considered = int(last_stream)
+        if considered > self._resume.sequence:
+            self._resume = LogPosition(self._epoch, considered)
+
+    @property
+    def resume_position(self) -> LogPosition | None:
+        """Where a re-establishment would continue (tests, metrics)."""
+        return self._resume
 
     async def close(self) -> None:
         """Stop the subscription and delete its consumer."""

@@ -19,6 +19,7 @@ from livelog.interface import (
     PublishAck,
 )
 from livelog.jetstream import JetStreamLiveLog
+from livelog.settings import LiveLogSettings
 from tests.integration.livelog.collect import payloads, take
 from tests.integration.livelog.conftest import live_log_settings
 from tests.support.nats_server import NatsServer
@@ -34,6 +35,17 @@ async def _publish_when_back(
     while True:
         try:
             return await log.publish(workspace, item, msg_id)
+        except LiveLogUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+
+
+async def _connect_when_back(settings: LiveLogSettings) -> JetStreamLiveLog[bytes]:
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            return await JetStreamLiveLog.connect(settings, BytesCodec())
         except LiveLogUnavailable:
             if time.monotonic() > deadline:
                 raise
@@ -113,3 +125,75 @@ def test_a_restart_that_loses_the_stream_is_an_epoch_change(private_nats: NatsSe
         await reader.close()
 
     asyncio.run(scenario())
+
+
+def test_a_new_only_subscriber_misses_nothing_published_while_it_was_reconnecting(
+    private_nats: NatsServer,
+) -> None:
+    """A subscription that has no entry yet resumes from where it was established, not from
+    the log's head at its reconnect (which would skip what was published meanwhile)."""
+    settings = live_log_settings(private_nats.url)
+
+    async def scenario() -> None:
+        publisher = await JetStreamLiveLog.connect(settings, BytesCodec())
+        reader = await JetStreamLiveLog.connect(settings, BytesCodec())
+        subscription = await reader.subscribe("ws", None)
+        private_nats.stop()
+        private_nats.start()
+        acks = [await _publish_when_back(publisher, "ws", b"first", "m0")]
+        acks += [await publisher.publish("ws", f"item-{n}".encode(), f"m{n}") for n in (1, 2)]
+        # Only now does the reader look: it must still get all three.
+        events = await take(subscription, 3, deadline_seconds=30)
+        assert payloads(events) == [b"first", b"item-1", b"item-2"]
+        assert [e.position for e in events if isinstance(e, LogEntry)] == [
+            ack.position for ack in acks
+        ]
+        await publisher.close()
+        await reader.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_quiet_workspace_resumes_past_other_workspaces_evicted_items(
+    private_nats: NatsServer,
+) -> None:
+    """Heartbeats move a quiet subscriber's resume point past the busy workspaces' items, so
+    a reconnect after they were evicted reports nothing missing (nothing of its own was)."""
+    settings = live_log_settings(private_nats.url, live_log_max_msgs=5)
+
+    async def scenario() -> None:
+        log = await JetStreamLiveLog.connect(settings, BytesCodec())
+        reader = await JetStreamLiveLog.connect(settings, BytesCodec())
+        quiet = await reader.subscribe("quiet", None)
+        await log.publish("quiet", b"hello", "q0")
+        assert payloads(await take(quiet, 1)) == [b"hello"]
+        busy = [await log.publish("busy", b"x", f"b{n}") for n in range(20)]
+
+        events: list[object] = []
+        reading = asyncio.create_task(_read_into(quiet, events))
+        deadline = time.monotonic() + 10
+        while (quiet.resume_position or busy[0].position).sequence < busy[-1].position.sequence:
+            assert time.monotonic() < deadline, "no heartbeat advanced the resume point"
+            await asyncio.sleep(0.05)
+
+        private_nats.stop()  # the quiet subscriber re-establishes after the restart
+        private_nats.start()
+        # A connection made after the restart: no failed attempt, so no gap record either.
+        fresh = await _connect_when_back(settings)
+        back = await fresh.publish("quiet", b"again", "q1")
+        deadline = time.monotonic() + 30
+        while not events:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        reading.cancel()
+        assert events == [LogEntry("quiet", back.position, "q1", b"again")]
+        await fresh.close()
+        await log.close()
+        await reader.close()
+
+    asyncio.run(scenario())
+
+
+async def _read_into(subscription: object, events: list[object]) -> None:
+    async for event in subscription:  # type: ignore[attr-defined]
+        events.append(event)
