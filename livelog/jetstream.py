@@ -428,7 +428,7 @@ class _JetStreamSubscription(Generic[T]):
                 return None
             self._advance_watermark(headers.get(_LAST_STREAM))
             return None
-        if headers.get(_STATUS):
+        if headers.get(_STATUS) or not message.reply:
             self._reset_requested = True  # e.g. the consumer was deleted
             return None
         metadata = message.metadata

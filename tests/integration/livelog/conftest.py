@@ -70,7 +70,8 @@ class Engine:
             self._shared = None
 
 
-async def _delete_stream(url: str, stream: str) -> None:
+async def delete_stream(url: str, stream: str) -> None:
+    """Delete a test's stream (absent is fine)."""
     client = await nats.connect(url)
     try:
         js = client.jetstream()
@@ -93,4 +94,4 @@ def make_engine(request: pytest.FixtureRequest, nats_url: str) -> Iterator[Calla
     yield make
     for engine in made:
         if engine.name == "jetstream":
-            asyncio.run(_delete_stream(nats_url, engine.settings.live_log_stream))
+            asyncio.run(delete_stream(nats_url, engine.settings.live_log_stream))

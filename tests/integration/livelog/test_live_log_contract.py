@@ -19,7 +19,7 @@ from livelog.interface import (
     LogPosition,
 )
 from tests.integration.livelog.collect import payloads, take
-from tests.integration.livelog.conftest import Engine, live_log_settings
+from tests.integration.livelog.conftest import Engine, delete_stream, live_log_settings
 
 pytestmark = [pytest.mark.spec("SCALE-3")]
 
@@ -233,3 +233,30 @@ def test_closing_a_subscription_ends_its_iteration(make_engine: MakeEngine) -> N
         await engine.close()
 
     asyncio.run(scenario())
+
+
+def test_a_jetstream_subscriber_over_its_client_buffer_resumes_from_its_cursor(
+    nats_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deliveries the client dropped (pending limit) are fetched again: exact, no gap."""
+    import livelog.jetstream as jetstream_module
+
+    monkeypatch.setattr(jetstream_module, "_PENDING_MSGS", 8)
+    engine = Engine("jetstream", live_log_settings(nats_url))
+
+    async def scenario() -> None:
+        publisher = await engine.open()
+        reader = await engine.open()
+        subscription = await reader.subscribe("ws", None)
+        acks = [await publisher.publish("ws", f"item-{n}".encode(), f"m{n}") for n in range(200)]
+        events = await take(subscription, 200, deadline_seconds=30)
+        assert not [event for event in events if isinstance(event, Discontinuity)]
+        assert [e.position for e in events if isinstance(e, LogEntry)] == [
+            ack.position for ack in acks
+        ]
+        await engine.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        asyncio.run(delete_stream(nats_url, engine.settings.live_log_stream))
