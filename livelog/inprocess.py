@@ -14,7 +14,7 @@ import time
 import uuid
 from bisect import bisect_left
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -143,6 +143,13 @@ class InProcessLiveLog(Generic[T]):
         for subscription in ring.subscribers:
             subscription.wake()
         return PublishAck(position, duplicate=False)
+
+    async def send(self, workspace_id: str, item: T, msg_id: str) -> Awaitable[PublishAck]:
+        """Append the item at once; the acknowledgement is already there."""
+        ack = await self.publish(workspace_id, item, msg_id)
+        done: asyncio.Future[PublishAck] = asyncio.get_running_loop().create_future()
+        done.set_result(ack)
+        return done
 
     async def subscribe(
         self, workspace_id: str, after: LogPosition | None

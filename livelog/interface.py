@@ -10,7 +10,7 @@ again under a new epoch, so a cursor can never point into the wrong history.
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
@@ -158,6 +158,21 @@ class LiveLog(Protocol[T]):
 
         Raises:
             LiveLogUnavailable: the log is unreachable or did not acknowledge in time.
+            InvalidWorkspace: the workspace id cannot be addressed.
+        """
+        ...
+
+    async def send(self, workspace_id: str, item: T, msg_id: str) -> Awaitable[PublishAck]:
+        """Send ``item`` now and return its acknowledgement to await later (pipelining).
+
+        Sends and publications of one handle reach the log in call order; awaiting the
+        returned acknowledgement gives what :meth:`publish` returns, or raises
+        ``LiveLogUnavailable``. A caller that must know an item is held before it does
+        something else (HOST-RT-2: a delta before the commit that confirms it) awaits it
+        first; :class:`~livelog.barrier.AckBarrier` keeps them per key.
+
+        Raises:
+            LiveLogUnavailable: the item could not even be sent.
             InvalidWorkspace: the workspace id cannot be addressed.
         """
         ...

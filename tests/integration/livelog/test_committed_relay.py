@@ -7,7 +7,7 @@ stands in for it (same interface), and the live log is real (both engines).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import pytest
 
@@ -117,6 +117,12 @@ class FailingAfter:
             raise LiveLogUnavailable("bus down")
         self.allowed -= 1
         return await self._log.publish(workspace_id, item, msg_id)
+
+    async def send(self, workspace_id: str, item: bytes, msg_id: str) -> Awaitable[PublishAck]:
+        if self.allowed <= 0:
+            raise LiveLogUnavailable("bus down")
+        self.allowed -= 1
+        return await self._log.send(workspace_id, item, msg_id)
 
     async def subscribe(
         self, workspace_id: str, after: LogPosition | None

@@ -72,6 +72,8 @@ def test_restart_mid_stream_fails_publishes_typed_and_subscribers_resume_exactly
             await publisher.publish("ws", b"lost", "lost-1")
         with pytest.raises(LiveLogUnavailable):
             await publisher.publish("ws", b"lost too", "lost-2")
+        with pytest.raises(LiveLogUnavailable):
+            await publisher.send("ws", b"not even sent", "lost-3")
         private_nats.start()
 
         first_after = await _publish_when_back(publisher, "ws", b"after-0", "a0")
