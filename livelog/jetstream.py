@@ -196,10 +196,12 @@ class JetStreamLiveLog(Generic[T]):
             LiveLogUnavailable: the server cannot be reached.
         """
         try:
-            info = await self._js.stream_info(self._stream)
-        except nats.js.errors.NotFoundError:
-            await self._ensure_stream()
-            info = await self._js.stream_info(self._stream)
+            try:
+                info = await self._js.stream_info(self._stream)
+            except nats.js.errors.NotFoundError:
+                # Lost with a memory-storage restart: recreate it (a new epoch).
+                await self._ensure_stream()
+                info = await self._js.stream_info(self._stream)
         except _UNAVAILABLE as err:
             raise LiveLogUnavailable(f"stream {self._stream} unavailable: {err}") from err
         epoch = _epoch_of(info)
@@ -401,9 +403,12 @@ class _JetStreamSubscription(Generic[T]):
         self._resume = LogPosition(epoch, next_sequence - 1)
         await self._teardown()
         inbox = log.client.new_inbox()
-        self._sub = await log.client.subscribe(
-            inbox, pending_msgs_limit=_PENDING_MSGS, pending_bytes_limit=_PENDING_BYTES
-        )
+        try:
+            self._sub = await log.client.subscribe(
+                inbox, pending_msgs_limit=_PENDING_MSGS, pending_bytes_limit=_PENDING_BYTES
+            )
+        except _UNAVAILABLE as err:
+            raise LiveLogUnavailable(f"subscription to {inbox} failed: {err!r}") from err
         heartbeat = log._settings.live_log_heartbeat_seconds
         config = api.ConsumerConfig(
             deliver_subject=inbox,
