@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["NatsServer", "nats_server_binary"]
+__all__ = ["NatsServer", "free_port", "nats_server_binary"]
 
 
 def nats_server_binary() -> str:
@@ -33,7 +33,8 @@ def nats_server_binary() -> str:
     return str(beside)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
@@ -44,7 +45,7 @@ class NatsServer:
     """One nats-server process with JetStream on a fixed port and store dir; restartable."""
 
     def __init__(self, workdir: Path, *, port: int | None = None) -> None:
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.store = workdir / "store"
         self.log_path = workdir / "nats-server.log"
         self._process: subprocess.Popen[bytes] | None = None
