@@ -9,4 +9,5 @@ pytest_plugins = [
     "tests.support.servers",
     "tests.support.references",
     "tests.support.hypothesis_profiles",
+    "tests.support.nats_server",
 ]
