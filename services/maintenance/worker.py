@@ -215,10 +215,14 @@ class MaintenanceWorker:
             finally:
                 # Only a run that drained all eligible work counts for the day (MAINT-SCHED-1);
                 # any other end frees the claim for the next check. A crash leaves the claim
-                # to expire (TUTTI_MAINTENANCE_RUN_CLAIM_SECONDS).
-                await self._markers.finish_claim(
-                    claim[0], self._clock.now_ms(), completed=run.state is RunState.COMPLETED
-                )
+                # to expire (TUTTI_MAINTENANCE_RUN_CLAIM_SECONDS), and so does a finish the
+                # store refuses: the run is then retried after the expiry, never twice at once.
+                try:
+                    await self._markers.finish_claim(
+                        claim[0], self._clock.now_ms(), completed=run.state is RunState.COMPLETED
+                    )
+                except Exception:  # noqa: BLE001 - the run's outcome stands; the claim expires
+                    _log.exception("automatic run claim not finished", extra={"run_id": run.run_id})
             return self._finish(run)
 
     async def retry_cleanups(self) -> CleanupPass | None:
