@@ -55,7 +55,13 @@ SERVICES = {
 METRICS_PORT = 9464
 DEFAULT_GRACE_SECONDS = 20
 APP_UID = 10001
-SINGLETONS = ("host",)
+# Single-replica services with the Recreate strategy, per kustomization. In production
+# maintenance runs a worker and a standby (ADR 0035).
+SINGLETONS = {
+    "base": ("host", "maintenance"),
+    "local": ("host", "maintenance"),
+    "production": ("host",),
+}
 NAMESPACE = "tutti"
 
 Document = dict[str, Any]
@@ -432,9 +438,9 @@ def test_local_overlay_provides_secrets_and_postgres() -> None:
 
 @pytest.mark.parametrize("name", KUSTOMIZATIONS)
 def test_singletons_run_one_replica_and_recreate(name: str) -> None:
-    """host (single writer) never overlaps on rollout."""
+    """Single-replica services never overlap on rollout (host; maintenance outside production)."""
     deployments = of_kind(rendered(name), "Deployment")
-    for service in SINGLETONS:
+    for service in SINGLETONS[name]:
         assert deployments[service]["spec"]["replicas"] == 1, service
         assert deployments[service]["spec"]["strategy"] == {"type": "Recreate"}, service
 
@@ -445,7 +451,7 @@ def test_production_scales_stateless_services_behind_pdbs() -> None:
     deployments = of_kind(docs, "Deployment")
     budgets = of_kind(docs, "PodDisruptionBudget")
     for service, deployment in deployments.items():
-        if service in SINGLETONS:
+        if service in SINGLETONS["production"]:
             assert service not in budgets
             continue
         assert deployment["spec"]["replicas"] >= 2, service
