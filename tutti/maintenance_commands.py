@@ -181,7 +181,8 @@ _STATE_NOTES = {
         "Host could not be reached; committed batches stand; run again later"
     ),
     _M.MAINTENANCE_RUN_STATE_STOPPED_DRAINING: (
-        "the maintenance service is shutting down; committed batches stand; run again later"
+        "the maintenance service is shutting down (or stopped being the worker); committed "
+        "batches stand; run again later"
     ),
     _M.MAINTENANCE_RUN_STATE_FAILED: (
         "the run ended on an unexpected error; committed batches stand"

@@ -2,7 +2,9 @@
 
 One worker, one scheduler and one status reader per process, all on one clock. Maintenance
 reaches Host only through :class:`~services.maintenance.host_port.GrpcHost` and uses the
-store for its own tables and for database-level size and compaction.
+store for its own tables and for database-level size and compaction. On Postgres the worker
+runs under a lease (:mod:`services.maintenance.lease`), so several replicas may run
+(SCALE-5); the lease is taken before readiness and given up on drain.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from services.maintenance.clock import Clock, SystemClock
 from services.maintenance.compaction import Compactor
 from services.maintenance.host_port import GrpcHost, HostPort
 from services.maintenance.idle_gate import IdleGate
+from services.maintenance.lease import PostgresLease, SingleNodeLease, WorkerLease
 from services.maintenance.metrics import MaintenanceMetrics
 from services.maintenance.records import BackoffPolicy, CleanupAttempts, CompletionMarkers
 from services.maintenance.retention import RetentionPreferences
@@ -25,6 +28,7 @@ from services.maintenance.status import StatusReader
 from services.maintenance.worker import MaintenanceWorker
 from session_resources.layout import ResourceLayout
 from store.database import Database
+from store.engine import backend_name
 
 __all__ = ["Maintenance", "Settings", "build"]
 
@@ -36,7 +40,12 @@ class Maintenance:
     """The parts of one maintenance process (tests reach them through ``build``)."""
 
     def __init__(
-        self, settings: Settings, *, clock: Clock | None = None, host: HostPort | None = None
+        self,
+        settings: Settings,
+        *,
+        clock: Clock | None = None,
+        host: HostPort | None = None,
+        lease: WorkerLease | None = None,
     ) -> None:
         self.clock = clock or SystemClock()
         self.database = Database(
@@ -50,6 +59,8 @@ class Maintenance:
         )
         self.host: HostPort = host or self._grpc_host  # type: ignore[assignment]
         self.metrics = MaintenanceMetrics()
+        self.lease: WorkerLease = lease or _lease_for(settings, self.database.url, self.metrics)
+        self.metrics.lease_held = lambda: self.lease.held
         self.retention = RetentionPreferences(self.database, clock=self.clock.now_ms)
         self.markers = CompletionMarkers(self.database)
         attempts = CleanupAttempts(self.database)
@@ -79,6 +90,7 @@ class Maintenance:
             compactor=self.compactor,
             clock=self.clock,
             metrics=self.metrics,
+            lease=self.lease,
         )
         self.scheduler = Scheduler(
             Schedule.from_settings(settings),
@@ -100,17 +112,35 @@ class Maintenance:
         )
 
     async def drain(self) -> None:
-        """Let the run in progress stop after its in-flight batch (ARCH-4)."""
+        """Let the run in progress stop after its in-flight batch, then give up the lease.
+
+        ARCH-4; a standby takes the lease at its next attempt.
+        """
         self.worker.drain()
+        await self.worker.wait_idle(STOP_WAIT_SECONDS)
+        await self.lease.release()
 
     async def stop(self) -> None:
         """Let a run end after its batch, then stop the schedule and close Host and the store."""
         self.worker.drain()
         await self.worker.wait_idle(STOP_WAIT_SECONDS)
         await self.scheduler.stop()
+        await self.lease.release()
         if self._grpc_host is not None:
             await self._grpc_host.close()
         await self.database.stop()
+
+
+def _lease_for(settings: Settings, database_url: str, metrics: MaintenanceMetrics) -> WorkerLease:
+    """A Postgres lease for a shared store; a single-node one for SQLite (one process)."""
+    if backend_name(database_url) != "postgresql":
+        return SingleNodeLease()
+    return PostgresLease(
+        database_url,
+        poll_seconds=settings.maintenance_lease_poll_seconds,
+        probe_timeout_seconds=settings.maintenance_lease_probe_timeout_seconds,
+        metrics=metrics,
+    )
 
 
 def build(
@@ -136,8 +166,9 @@ def definition_for_parts(parts: Maintenance) -> ServiceDefinition:
             )
         ],
         authorization=AUTHORIZATION,
-        # The scheduler starts last: its first check counts from readiness (MAINT-SCHED-1).
-        on_start=[parts.database.start, parts.scheduler.start],
+        # The lease is tried before readiness, so a lone replica serves as the worker at once;
+        # the scheduler starts last: its first check counts from readiness (MAINT-SCHED-1).
+        on_start=[parts.database.start, parts.lease.start, parts.scheduler.start],
         on_drain=[parts.drain],
         on_stop=[parts.stop],
         instruments=[parts.metrics.register],

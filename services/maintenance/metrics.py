@@ -30,6 +30,11 @@ class MaintenanceMetrics:
     cleanup_failures: int = 0
     cleanup_retries: int = 0
     idle_gate_paused_ms: int = 0
+    lease_acquired: int = 0
+    lease_lost: int = 0
+    lease_released: int = 0
+    lease_held: Callable[[], bool] = lambda: True
+    """Whether this replica is the worker now (SCALE-5); wired to the lease by the app."""
 
     def register(self, meter: Meter) -> None:
         """Register one observable counter per count on ``meter``."""
@@ -81,6 +86,20 @@ class MaintenanceMetrics:
             meter.create_observable_counter(
                 name, callbacks=[observe(read)], description=description
             )
+        meter.create_observable_counter(
+            "maintenance.worker_lease.transitions",
+            callbacks=[
+                observe(lambda: self.lease_acquired, event="acquired"),
+                observe(lambda: self.lease_lost, event="lost"),
+                observe(lambda: self.lease_released, event="released"),
+            ],
+            description="Worker lease acquired, lost (connection failed) or released (drain)",
+        )
+        meter.create_observable_gauge(
+            "maintenance.worker_lease.held",
+            callbacks=[observe(lambda: int(self.lease_held()))],
+            description="1 on the replica that is the maintenance worker, 0 on a standby",
+        )
         meter.create_observable_counter(
             "maintenance.idle_gate.paused",
             callbacks=[observe(lambda: self.idle_gate_paused_ms)],

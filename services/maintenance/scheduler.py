@@ -11,7 +11,9 @@ minutes). A check:
   marker and does not run again;
 * otherwise, retries due resource cleanups in this idle window (MAINT-OUT-1).
 
-Both go through the serialized worker, which observes the idle gate itself. Time spent due
+Both go through the serialized worker, which observes the idle gate itself and does
+nothing on a standby replica (SCALE-5): every replica keeps this schedule, and whichever holds
+the worker lease at a check acts on it. Time spent due
 but waiting on a closed gate is counted in the ``maintenance.idle_gate.paused`` metric.
 """
 
@@ -114,14 +116,16 @@ class Scheduler:
         """One scheduled check: the automatic run when due, else a cleanup retry pass.
 
         Returns the run, the closed gate that held a due run back, or ``None`` when no run
-        was due.
+        was due, this replica is a standby, or another worker claimed the run.
         """
         self.checks += 1
         now = self._clock.now_ms()
         if not self.schedule.due(await self._markers.get(), now):
             await self._worker.retry_cleanups()
             return None
-        outcome = await self._worker.run_automatic()
+        outcome = await self._worker.run_automatic(self.schedule.completion_spacing_ms)
+        if outcome is None:
+            return None
         finished = self._clock.now_ms()
         if isinstance(outcome, RunRecord) and outcome.state is RunState.COMPLETED:
             self._resume(finished)

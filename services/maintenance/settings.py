@@ -60,6 +60,20 @@ class Settings(ServerSettings):
     """``RetryInfo`` of a manual purge refused with ``AGENT_ACTIVE``
     (``TUTTI_MAINTENANCE_AGENT_ACTIVE_RETRY_SECONDS``)."""
 
+    maintenance_lease_poll_seconds: float = Field(default=10.0, gt=0)
+    """On Postgres, the longest wait between a standby's attempts to take the worker lease
+    and between the holder's probes of its lease connection; a dead holder is replaced
+    within it (SCALE-5, ``TUTTI_MAINTENANCE_LEASE_POLL_SECONDS``)."""
+
+    maintenance_lease_probe_timeout_seconds: float = Field(default=5.0, gt=0)
+    """A lease attempt or probe slower than this counts as failed: the holder steps down
+    (``TUTTI_MAINTENANCE_LEASE_PROBE_TIMEOUT_SECONDS``)."""
+
+    maintenance_run_claim_seconds: float = Field(default=600.0, gt=0)
+    """Life of the automatic run's claim in the store, renewed before every batch; a claim
+    left by a killed worker frees the day's run after it
+    (``TUTTI_MAINTENANCE_RUN_CLAIM_SECONDS``)."""
+
     maintenance_host_timeout_seconds: float = Field(default=60.0, gt=0)
     """Deadline of each call to Host (``TUTTI_MAINTENANCE_HOST_TIMEOUT_SECONDS``)."""
 

@@ -15,6 +15,14 @@ workspace and, only when it drained all eligible work, writes the durable comple
 tombstone) regardless of retention and may end with compaction (MAINT-VAC-1). A run stopped
 early keeps its committed batches: Host never leaves a partial tree, so the next run simply
 continues.
+
+With several replicas (SCALE-5, ADR 0035) only the holder of the worker lease runs anything:
+a standby's scheduler does nothing and its manual purge is refused ``UNAVAILABLE``
+``WORKER_STANDBY`` with ``RetryInfo``. The holder re-confirms the lease before every batch and
+stops (``STOPPED_DRAINING``) when it is gone, so a replica that lost its lease finishes at most
+its in-flight batch, which Host commits (or not) as a whole. An automatic run also claims the
+day in the store (:meth:`CompletionMarkers.claim_automatic`) and renews the claim between
+batches, so two workers deciding the same day never both run it.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from services.maintenance.clock import Clock
 from services.maintenance.compaction import CompactionResult, Compactor
 from services.maintenance.host_port import HostPort, HostUnavailable
 from services.maintenance.idle_gate import GateObservation, GateState, IdleGate
+from services.maintenance.lease import WorkerLease
 from services.maintenance.metrics import MaintenanceMetrics
 from services.maintenance.records import CompletionMarkers
 from services.maintenance.retention import RetentionPreferences
@@ -91,6 +100,12 @@ Batch = Callable[[], Awaitable[tuple[int, int, int, bool, list[str]]]]
 """One purge batch: (components purged, sessions purged, components blocked, more remaining,
 purged Session ids)."""
 
+Keep = Callable[[], Awaitable[str | None]]
+"""Checked before every batch: ``None`` to go on, else why this replica must stop."""
+
+LEASE_LOST = "this replica is no longer the maintenance worker (worker lease lost)"
+CLAIM_LOST = "the automatic run's claim expired and was taken by another worker"
+
 
 class MaintenanceWorker:
     """Runs maintenance, one run at a time."""
@@ -107,8 +122,10 @@ class MaintenanceWorker:
         compactor: Compactor,
         clock: Clock,
         metrics: MaintenanceMetrics,
+        lease: WorkerLease,
     ) -> None:
         self._settings = settings
+        self._lease = lease
         self._host = host
         self._gate = gate
         self._retention = retention
@@ -133,20 +150,45 @@ class MaintenanceWorker:
         return self._gate
 
     @property
+    def lease(self) -> WorkerLease:
+        """The worker lease this replica runs under."""
+        return self._lease
+
+    @property
     def busy(self) -> bool:
         """Whether a run holds the worker."""
         return self._lock.locked()
 
-    async def run_automatic(self) -> RunRecord | GateObservation:
-        """One automatic run, or the closed gate that kept it from starting.
+    async def run_automatic(self, completion_spacing_ms: int) -> RunRecord | GateObservation | None:
+        """One automatic run, the closed gate that kept it from starting, or ``None``.
 
-        The cutoff is fixed when the run starts; a retention change applies to the next run.
+        ``None``: this replica is a standby, or the day's run is done or claimed by another
+        worker (checked atomically with the claim). The cutoff is fixed when the run
+        starts; a retention change applies to the next run.
         """
         async with self._lock:
+            if self._draining or not await self._lease.confirm():
+                return None
             gate = await self._gate.observe()
-            if not gate.open or self._draining:
+            if not gate.open:
                 return gate
             now = self._clock.now_ms()
+            claim_ms = int(self._settings.maintenance_run_claim_seconds * 1000)
+            token = await self._markers.claim_automatic(now, completion_spacing_ms, claim_ms)
+            if token is None:
+                _log.info("automatic maintenance run not claimed: done or claimed elsewhere")
+                return None
+            claim = [token]
+
+            async def keep() -> str | None:
+                if not await self._lease.confirm():
+                    return LEASE_LOST
+                renewed = await self._markers.renew_claim(claim[0], self._clock.now_ms(), claim_ms)
+                if renewed is None:
+                    return CLAIM_LOST
+                claim[0] = renewed
+                return None
+
             cutoff = (await self._retention.get()).cutoff_unix_ms(now)
             run = self._begin(Trigger.AUTOMATIC, purge_cutoff_unix_ms=cutoff)
             self._metrics.runs_automatic += 1
@@ -168,16 +210,27 @@ class MaintenanceWorker:
                     [session for _, session in result.purged],
                 )
 
-            await self._drive(run, batch)
-            if run.state is RunState.COMPLETED:
-                # Only a run that drained all eligible work counts for the day (MAINT-SCHED-1).
-                await self._markers.record(self._clock.now_ms())
+            try:
+                await self._drive(run, batch, keep)
+            finally:
+                # Only a run that drained all eligible work counts for the day (MAINT-SCHED-1);
+                # any other end frees the claim for the next check. A crash leaves the claim
+                # to expire (TUTTI_MAINTENANCE_RUN_CLAIM_SECONDS), and so does a finish the
+                # store refuses: the run is then retried after the expiry, never twice at once.
+                try:
+                    await self._markers.finish_claim(
+                        claim[0], self._clock.now_ms(), completed=run.state is RunState.COMPLETED
+                    )
+                except Exception:  # noqa: BLE001 - the run's outcome stands; the claim expires
+                    _log.exception("automatic run claim not finished", extra={"run_id": run.run_id})
             return self._finish(run)
 
     async def retry_cleanups(self) -> CleanupPass | None:
         """A cleanup pass in an idle window between runs; ``None`` when the gate is closed."""
         async with self._lock:
-            if self._draining or not (await self._gate.observe()).open:
+            if self._draining or not await self._lease.confirm():
+                return None
+            if not (await self._gate.observe()).open:
                 return None
             try:
                 return await self._cleaner.run_pass()
@@ -198,7 +251,8 @@ class MaintenanceWorker:
             FailedPrecondition: ``AGENT_ACTIVE`` with ``RetryInfo`` — a Turn is active when
                 the worker reaches the request; nothing changed.
             Unavailable: ``ACTIVITY_STATE_UNAVAILABLE`` (the gate fails closed),
-                ``HOST_UNAVAILABLE`` or ``DRAINING``, with ``RetryInfo``; nothing changed.
+                ``HOST_UNAVAILABLE``, ``DRAINING`` or ``WORKER_STANDBY`` (another replica is
+                the worker, SCALE-5), with ``RetryInfo``; nothing changed.
             DomainError: Host's refusal of the target (``SESSION_NOT_FOUND``...), unchanged.
         """
         await self._lock.acquire()
@@ -216,6 +270,13 @@ class MaintenanceWorker:
             # The target is checked by Host's own rules before anything else, so a bad
             # request is refused the same way whether or not agents are busy.
             await self._workspace_batch(workspace_id, session_id, dry_run=True)
+            if not await self._lease.confirm():
+                # Only the lease holder purges, so a manual run never overlaps the holder's.
+                raise Unavailable(
+                    "this maintenance replica is a standby; another replica is the worker",
+                    reason="WORKER_STANDBY",
+                    retry_after_seconds=self._lease.retry_after_seconds,
+                )
             self._refuse_closed(await self._gate.observe())
             run = self._begin(Trigger.MANUAL, workspace_id=workspace_id)
             self._metrics.runs_manual += 1
@@ -223,7 +284,10 @@ class MaintenanceWorker:
             async def batch() -> tuple[int, int, int, bool, list[str]]:
                 return await self._workspace_batch(workspace_id, session_id)
 
-            await self._drive(run, batch)
+            async def keep() -> str | None:
+                return None if await self._lease.confirm() else LEASE_LOST
+
+            await self._drive(run, batch, keep)
             if compact:
                 await self._compact(run)
             return self._finish(run)
@@ -301,11 +365,20 @@ class MaintenanceWorker:
         )
         return run
 
-    async def _drive(self, run: RunRecord, batch: Batch) -> None:
-        """Batches until the work is drained, the gate closes, Host fails or a drain begins."""
+    async def _drive(self, run: RunRecord, batch: Batch, keep: Keep) -> None:
+        """Batches until the work is drained, the gate closes, Host fails or a drain begins.
+
+        ``keep`` is checked before every batch: a replica that stopped being the worker
+        stops there.
+        """
         try:
             run.cleanup += await self._cleaner.run_pass()
             while True:
+                lost = await keep()
+                if lost is not None:
+                    run.state = RunState.STOPPED_DRAINING
+                    run.detail = lost
+                    return
                 components, sessions, blocked, more, ids = await batch()
                 run.batches_completed += 1
                 run.components_purged += components

@@ -57,11 +57,12 @@ METRICS_PORT = 9464
 DEFAULT_GRACE_SECONDS = 20
 APP_UID = 10001
 # Single-replica services with the Recreate strategy, per kustomization. In production host
-# runs several replicas (ADR 0006, SCALE-7; tests/deploy/test_replicas.py).
-SINGLETONS = {
+# runs several replicas (ADR 0006, SCALE-7; tests/deploy/test_replicas.py) and maintenance a
+# worker and a standby (ADR 0035).
+SINGLETONS: dict[str, tuple[str, ...]] = {
     "base": ("host", "maintenance"),
     "local": ("host", "maintenance"),
-    "production": ("maintenance",),
+    "production": (),
 }
 # Settings of the cross-replica live log (SCALE-3), read by host and livestream only; checked
 # by tests/deploy/test_replicas.py, which knows whether they are fields yet.
@@ -473,7 +474,7 @@ def test_local_overlay_provides_secrets_and_postgres() -> None:
 
 @pytest.mark.parametrize("name", KUSTOMIZATIONS)
 def test_singletons_run_one_replica_and_recreate(name: str) -> None:
-    """Single-replica services never overlap on rollout (maintenance; host outside production)."""
+    """Single-replica services never overlap on rollout (host and maintenance outside production)."""
     deployments = of_kind(rendered(name), "Deployment")
     for service in SINGLETONS[name]:
         assert deployments[service]["spec"]["replicas"] == 1, service
@@ -495,6 +496,21 @@ def test_production_scales_stateless_services_behind_pdbs() -> None:
         labels = deployment["spec"]["template"]["metadata"]["labels"]
         assert budget["selector"]["matchLabels"].items() <= labels.items(), service
         assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+
+
+@pytest.mark.spec("SCALE-5")
+def test_production_runs_two_maintenance_replicas_behind_a_pdb() -> None:
+    """One worker and one standby (ADR 0035); a rollout or node drain keeps one of them."""
+    docs = rendered("production")
+    deployment = of_kind(docs, "Deployment")["maintenance"]["spec"]
+    assert deployment["replicas"] == 2
+    assert deployment["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    budget = of_kind(docs, "PodDisruptionBudget")["maintenance"]["spec"]
+    assert budget["minAvailable"] == 1
+    assert budget["selector"]["matchLabels"] == {"app.kubernetes.io/name": "maintenance"}
 
 
 def test_livestream_service_keeps_clients_on_one_replica() -> None:

@@ -50,6 +50,11 @@ class _MaintenanceErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper
     be read, so the idle gate stays closed (it fails closed). Code UNAVAILABLE with
     RetryInfo.
     """
+    MAINTENANCE_ERROR_REASON_WORKER_STANDBY: _MaintenanceErrorReason.ValueType  # 3
+    """MAINTENANCE_ERROR_REASON_WORKER_STANDBY: this replica is a standby; another replica
+    holds the worker lease and is the only one that purges (SCALE-5). Code UNAVAILABLE
+    with RetryInfo; a retry may reach the worker, or this replica once it took over.
+    """
 
 class MaintenanceErrorReason(_MaintenanceErrorReason, metaclass=_MaintenanceErrorReasonEnumTypeWrapper):
     """MaintenanceErrorReason lists the stable `google.rpc.ErrorInfo.reason` strings this
@@ -69,6 +74,11 @@ MAINTENANCE_ERROR_REASON_ACTIVITY_STATE_UNAVAILABLE: MaintenanceErrorReason.Valu
 """MAINTENANCE_ERROR_REASON_ACTIVITY_STATE_UNAVAILABLE: Host's activity state could not
 be read, so the idle gate stays closed (it fails closed). Code UNAVAILABLE with
 RetryInfo.
+"""
+MAINTENANCE_ERROR_REASON_WORKER_STANDBY: MaintenanceErrorReason.ValueType  # 3
+"""MAINTENANCE_ERROR_REASON_WORKER_STANDBY: this replica is a standby; another replica
+holds the worker lease and is the only one that purges (SCALE-5). Code UNAVAILABLE
+with RetryInfo; a retry may reach the worker, or this replica once it took over.
 """
 Global___MaintenanceErrorReason: _TypeAlias = MaintenanceErrorReason  # noqa: Y015
 
@@ -173,8 +183,10 @@ class _MaintenanceRunStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_M
     batches; committed batches stand.
     """
     MAINTENANCE_RUN_STATE_STOPPED_DRAINING: _MaintenanceRunState.ValueType  # 5
-    """MAINTENANCE_RUN_STATE_STOPPED_DRAINING: the service is shutting down (ARCH-4); the
-    run stopped after its in-flight batch.
+    """MAINTENANCE_RUN_STATE_STOPPED_DRAINING: the service is shutting down (ARCH-4), or
+    this replica stopped being the maintenance worker (SCALE-5: its lease or its
+    automatic run's claim was lost; `detail` says which); the run stopped after its
+    in-flight batch.
     """
     MAINTENANCE_RUN_STATE_FAILED: _MaintenanceRunState.ValueType  # 6
     """MAINTENANCE_RUN_STATE_FAILED: the run ended on an unexpected error; committed
@@ -201,8 +213,10 @@ MAINTENANCE_RUN_STATE_STOPPED_HOST_UNAVAILABLE: MaintenanceRunState.ValueType  #
 batches; committed batches stand.
 """
 MAINTENANCE_RUN_STATE_STOPPED_DRAINING: MaintenanceRunState.ValueType  # 5
-"""MAINTENANCE_RUN_STATE_STOPPED_DRAINING: the service is shutting down (ARCH-4); the
-run stopped after its in-flight batch.
+"""MAINTENANCE_RUN_STATE_STOPPED_DRAINING: the service is shutting down (ARCH-4), or
+this replica stopped being the maintenance worker (SCALE-5: its lease or its
+automatic run's claim was lost; `detail` says which); the run stopped after its
+in-flight batch.
 """
 MAINTENANCE_RUN_STATE_FAILED: MaintenanceRunState.ValueType  # 6
 """MAINTENANCE_RUN_STATE_FAILED: the run ended on an unexpected error; committed

@@ -21,6 +21,7 @@ from agentactivity.host.v1 import host_pb2, host_pb2_grpc
 from agentactivity.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
 from services.maintenance.app import Maintenance, definition_for_parts
 from services.maintenance.host_port import GrpcHost, HostPort
+from services.maintenance.lease import WorkerLease
 from session_resources.layout import ResourceLayout
 from store.models import Session, Turn
 from tests.support.fake_clock import FakeClock
@@ -142,15 +143,17 @@ class Stack:
         clock: FakeClock,
         *,
         wrap: Callable[[HostPort], HostPort] | None = None,
+        lease: WorkerLease | None = None,
         **overrides: Any,
     ) -> MaintenanceUnderTest:
-        """Start a maintenance server on ``clock`` (``wrap`` intercepts its Host calls)."""
+        """Start a maintenance server on ``clock`` (``wrap`` intercepts its Host calls;
+        ``lease`` replaces the worker lease the store would choose)."""
         built: list[Maintenance] = []
 
         def build(settings: Any) -> Any:
             host: HostPort = GrpcHost(settings, settings.maintenance_host_timeout_seconds)
             parts = Maintenance(
-                settings, clock=clock, host=wrap(host) if wrap is not None else host
+                settings, clock=clock, host=wrap(host) if wrap is not None else host, lease=lease
             )
             built.append(parts)
             return definition_for_parts(parts)
