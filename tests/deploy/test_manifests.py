@@ -474,7 +474,7 @@ def test_local_overlay_provides_secrets_and_postgres() -> None:
 
 @pytest.mark.parametrize("name", KUSTOMIZATIONS)
 def test_singletons_run_one_replica_and_recreate(name: str) -> None:
-    """Single-replica services never overlap on rollout (host and maintenance outside production)."""
+    """Single-replica services never overlap on rollout (host, maintenance outside production)."""
     deployments = of_kind(rendered(name), "Deployment")
     for service in SINGLETONS[name]:
         assert deployments[service]["spec"]["replicas"] == 1, service
