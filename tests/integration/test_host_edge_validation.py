@@ -175,6 +175,7 @@ def test_watch_activity_fails_rather_than_emit_a_version_above_2_53(
         connection.execute(
             insert(ActivityEvent).values(
                 workspace_id=WS,
+                workspace_seq=1,
                 session_id="s1",
                 event_type="message_update",
                 payload=event.SerializeToString(),
