@@ -64,7 +64,7 @@ def _append(
             if numbered:
                 values["workspace_seq"] = last + 1 + index
             new_id = connection.execute(
-                insert(ActivityEvent.__table__).values(values).returning(ActivityEvent.id)
+                insert(ActivityEvent).values(values).returning(ActivityEvent.id)
             ).scalar_one()
             ids.append(int(new_id))
         if numbered:
