@@ -57,7 +57,7 @@ EVENT_PRUNE_LOCK = 0x7475_7474_6965_7632
 """``pg_advisory_xact_lock`` key that serializes pruners (several Host replicas may run one)."""
 
 _WORKSPACE_BATCH = 5_000
-"""Workspaces per delete statement (two parameters each, under SQLite's 32,766)."""
+"""Workspaces per bookkeeping and delete statement (the bounds travel as one parameter)."""
 
 _Retention = ActivityEventRetention
 # Core tables: statements on them are not ORM-enabled (no session synchronization).
