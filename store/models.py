@@ -74,6 +74,7 @@ __all__ = [
     "Session",
     "Turn",
     "UserProject",
+    "WorkspaceEventHead",
 ]
 
 NAMING_CONVENTION = {
@@ -591,12 +592,18 @@ class ActivityEvent(Base):
     sequence on Postgres), so trimming old rows cannot hand out an id a consumer already saw.
     ``payload`` is the serialized event. No FK to ``sessions``: events outlive a purge until the
     log is trimmed, and a ``session_deleted`` event must stay readable.
+
+    ``workspace_seq`` is the workspace's gap-free, commit-ordered sequence (SCALE-1): the
+    appending transaction draws it from its workspace's :class:`WorkspaceEventHead` row, whose
+    lock it holds until it commits, and draws the row ids after it, so within one workspace
+    both ``id`` and ``workspace_seq`` increase in commit order (ADR 0037).
     """
 
     __tablename__ = "activity_events"
 
     id: Mapped[int] = mapped_column(_AUTOINCREMENT_ID, primary_key=True, autoincrement=True)
     workspace_id: Mapped[str]
+    workspace_seq: Mapped[int]
     session_id: Mapped[str | None]
     event_type: Mapped[str]
     payload: Mapped[bytes]
@@ -604,6 +611,12 @@ class ActivityEvent(Base):
 
     __table_args__ = (
         Index("ix_activity_events_workspace_id_id", "workspace_id", "id"),
+        Index(
+            "ux_activity_events_workspace_id_workspace_seq",
+            "workspace_id",
+            "workspace_seq",
+            unique=True,
+        ),
         Index("ix_activity_events_created_at_unix_ms", "created_at_unix_ms"),
         {"sqlite_autoincrement": True},
     )
@@ -616,21 +629,31 @@ class ActivityEventRetention(Base):
     ``pruned_through_event_id`` is the highest id of the workspace's events the pruner deleted:
     every event of the workspace with an id up to it is gone, every later one is kept, so a
     cursor below it has expired and one at or above it has not (0: nothing pruned).
-    ``retained_count`` counts the workspace's retained events with ids up to
-    ``counted_through_event_id``; each prune counts only the events appended since the last
-    one, so the size bound costs no scan of the whole log.
+    ``pruned_through_seq`` is that event's ``workspace_seq``: the workspace keeps exactly its
+    events above it, so it retains ``WorkspaceEventHead.last_seq - pruned_through_seq`` events
+    and the size bound costs no count at all (ADR 0037).
     """
 
     __tablename__ = "activity_event_retention"
 
     workspace_id: Mapped[str] = mapped_column(primary_key=True)
     pruned_through_event_id: Mapped[int]
-    counted_through_event_id: Mapped[int]
-    retained_count: Mapped[int]
+    pruned_through_seq: Mapped[int]
 
-    __table_args__ = (
-        Index("ix_activity_event_retention_counted_through_event_id", "counted_through_event_id"),
-    )
+
+class WorkspaceEventHead(Base):
+    """Per workspace, the last ``workspace_seq`` handed out (SCALE-1, ADR 0037).
+
+    Appenders bump it with ``INSERT ... ON CONFLICT DO UPDATE ... RETURNING``: the row lock that
+    takes serializes the appenders of one workspace until they commit, and only them, so the
+    sequence is gap-free and commit-ordered without a lock across workspaces. A rolled-back
+    append rolls its bump back with it.
+    """
+
+    __tablename__ = "workspace_event_heads"
+
+    workspace_id: Mapped[str] = mapped_column(primary_key=True)
+    last_seq: Mapped[int]
 
 
 class ResourceCleanupOutbox(Base):

@@ -56,6 +56,7 @@ def build(
         ProtoEventCodec(),
         FeedSettings(
             queue_max_items=settings.watch_queue_max_items,
+            idle_check_seconds=settings.activity_follow_interval_seconds,
             retention_seconds=settings.activity_event_retention_seconds,
             max_rows=settings.activity_event_max_rows,
             prune_interval_seconds=settings.activity_event_prune_interval_seconds,

@@ -53,6 +53,13 @@ class Settings(ServerSettings):
     (``WATCH_CONSUMER_TOO_SLOW``) and resumes from its cursor
     (``TUTTI_WATCH_QUEUE_MAX_ITEMS``)."""
 
+    activity_follow_interval_seconds: float = Field(default=1.0, gt=0)
+    """How late, at most, a ``WatchActivity`` stream sees an event another Host replica
+    committed when no bus wake-up arrives: each process reads the head rows of the
+    workspaces it streams this often, one statement for all of them, and then only the new
+    events (``TUTTI_ACTIVITY_FOLLOW_INTERVAL_SECONDS``, SCALE-1, ADR 0037). Events this
+    process commits are streamed at once, whatever this is."""
+
     project_removal_max_rounds: int = Field(default=5, ge=1)
     """How many rounds ``RemoveProject`` makes before it gives up with ``ABORTED``
     ``STALE_DELETE_PLAN`` (RetryInfo): each round deletes the project's live unpinned roots,

@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 import pytest
-from sqlalchemy import Engine, event, func, insert, select
+from sqlalchemy import Engine, delete, event, insert, select
 
 from agentactivity.host.v1 import host_pb2
 from domainerrors import OutOfRange
@@ -24,7 +24,7 @@ from services.host.activity.feed import ActivityFeed, FeedSettings, WatchReady, 
 from store import migrate
 from store.database import Database
 from store.engine import create_sync_engine_for
-from store.models import ActivityEvent, ActivityEventRetention
+from store.models import ActivityEvent, ActivityEventRetention, WorkspaceEventHead
 from tests.integration.host_activity import DEVICE, TARGET_ID, WS, error_reason, start_host
 from tests.support.activity_watch import Watcher
 from tests.support.polling import eventually
@@ -34,23 +34,65 @@ NOW = 10_000_000
 DAY_MS = 24 * 3600 * 1000
 
 
-def _append(engine: Engine, workspace_id: str, created_at: int, count: int = 1) -> list[int]:
+def _append(
+    engine: Engine, workspace_id: str, created_at: int, count: int = 1, *, numbered: bool = True
+) -> list[int]:
+    """Write events straight into the log, numbered as an append numbers them.
+
+    ``numbered=False`` writes rows of a schema from before the per-workspace sequence.
+    """
     ids = []
     with engine.begin() as connection:
-        for _ in range(count):
+        last = 0
+        if numbered:
+            last = int(
+                connection.execute(
+                    select(WorkspaceEventHead.last_seq).where(
+                        WorkspaceEventHead.workspace_id == workspace_id
+                    )
+                ).scalar_one_or_none()
+                or 0
+            )
+        for index in range(count):
+            values: dict[str, Any] = {
+                "workspace_id": workspace_id,
+                "session_id": "s",
+                "event_type": "session_reconcile_required",
+                "payload": b"",
+                "created_at_unix_ms": created_at,
+            }
+            if numbered:
+                values["workspace_seq"] = last + 1 + index
             new_id = connection.execute(
-                insert(ActivityEvent)
-                .values(
-                    workspace_id=workspace_id,
-                    session_id="s",
-                    event_type="session_reconcile_required",
-                    payload=b"",
-                    created_at_unix_ms=created_at,
-                )
-                .returning(ActivityEvent.id)
+                insert(ActivityEvent).values(values).returning(ActivityEvent.id)
             ).scalar_one()
             ids.append(int(new_id))
+        if numbered:
+            connection.execute(
+                delete(WorkspaceEventHead).where(WorkspaceEventHead.workspace_id == workspace_id)
+            )
+            connection.execute(
+                insert(WorkspaceEventHead).values(workspace_id=workspace_id, last_seq=last + count)
+            )
     return ids
+
+
+def _retained_counts(engine: Engine) -> dict[str, int]:
+    """Per workspace, ``last_seq - pruned_through_seq``: what the pruner takes as its count."""
+    with engine.connect() as connection:
+        heads = dict(
+            connection.execute(
+                select(WorkspaceEventHead.workspace_id, WorkspaceEventHead.last_seq)
+            ).all()
+        )
+        pruned = dict(
+            connection.execute(
+                select(
+                    ActivityEventRetention.workspace_id, ActivityEventRetention.pruned_through_seq
+                )
+            ).all()
+        )
+    return {ws: int(last) - int(pruned.get(ws, 0)) for ws, last in heads.items()}
 
 
 def _retained(engine: Engine) -> dict[str, list[int]]:
@@ -222,14 +264,7 @@ def test_incremental_counts_match_a_full_recount_over_many_prunes(
         model = _model_prune(model, clock[0] - 50_000, keep)
         expected = {ws: [i for i, _ in events] for ws, events in model.items() if events}
         assert _retained(sync_engine) == expected
-        with sync_engine.connect() as connection:
-            counts = dict(
-                connection.execute(
-                    select(
-                        ActivityEventRetention.workspace_id, ActivityEventRetention.retained_count
-                    )
-                ).all()
-            )
+        counts = {ws: n for ws, n in _retained_counts(sync_engine).items() if n}
         assert counts == {ws: len(ids) for ws, ids in expected.items()}
 
 
@@ -267,12 +302,15 @@ def _seed_workspaces(engine: Engine, prefix: str, workspaces: int) -> None:
             "event_type": "session_reconcile_required",
             "payload": b"",
             "created_at_unix_ms": created,
+            "workspace_seq": seq,
         }
-        for created in (NOW - 9 * DAY_MS, NOW - 8 * DAY_MS, NOW)
+        for seq, created in enumerate((NOW - 9 * DAY_MS, NOW - 8 * DAY_MS, NOW), start=1)
         for n in range(workspaces)
     ]
+    heads = [{"workspace_id": f"{prefix}-{n:04d}", "last_seq": 3} for n in range(workspaces)]
     with engine.begin() as connection:
         connection.execute(insert(ActivityEvent), rows)
+        connection.execute(insert(WorkspaceEventHead), heads)
 
 
 @pytest.mark.spec("HOST-OBS-2")
@@ -297,16 +335,12 @@ def test_an_existing_log_is_counted_by_the_first_prune_after_the_upgrade(
     migrate.upgrade(empty_db_url, "0005_runtime_outbox_lookups")
     engine = create_sync_engine_for(empty_db_url)
     try:
-        busy = _append(engine, "busy", NOW, 12)
-        quiet = _append(engine, "quiet", NOW, 2)
+        busy = _append(engine, "busy", NOW, 12, numbered=False)
+        quiet = _append(engine, "quiet", NOW, 2, numbered=False)
         migrate.upgrade(empty_db_url)
         assert asyncio.run(_prune(empty_db_url, _feed(max_rows=5))) == 7
         assert _retained(engine) == {"busy": busy[-5:], "quiet": quiet}
-        with engine.connect() as connection:
-            total = connection.execute(
-                select(func.sum(ActivityEventRetention.retained_count))
-            ).scalar_one()
-        assert total == 7
+        assert _retained_counts(engine) == {"busy": 5, "quiet": 2}
     finally:
         engine.dispose()
 

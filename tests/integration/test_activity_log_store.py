@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 from sqlalchemy import func, select
@@ -14,7 +13,7 @@ from services.host.activity.broker import CommittedBatch, LiveDelta
 from services.host.activity.events import MessageDelta
 from services.host.activity.feed import ActivityFeed, FeedSettings, WatchReady, watch_activity
 from services.host.repository import unit_of_work
-from services.host.repository.activity_events import NewEventRow
+from services.host.repository.activity_events import AppendedRun, NewEventRow
 from services.host.repository.unit_of_work import HostTransaction
 from services.host.wire.activity_codec import ProtoEventCodec
 from store.database import Database
@@ -88,17 +87,18 @@ def test_a_slow_consumer_gets_a_typed_error_not_unbounded_memory(migrated_db_url
     asyncio.run(scenario())
 
 
-@pytest.mark.spec("HOST-OBS-1")
-def test_one_append_of_many_rows_keeps_their_order_and_each_workspace_previous_id(
+@pytest.mark.spec("HOST-OBS-1", "SCALE-1")
+def test_one_append_of_many_rows_keeps_their_order_and_each_workspace_previous_seq(
     migrated_db_url: str,
 ) -> None:
-    """The rows of one append go in as one ``INSERT``; ids still follow the rows' order."""
+    """The rows of one append go in as one ``INSERT``; ids and per-workspace sequence numbers
+    follow the rows' order, and each workspace's previous sequence is its last one."""
 
     def row(workspace_id: str, index: int) -> NewEventRow:
         return NewEventRow(workspace_id, f"s{index}", "turn_update", f"{index}".encode(), index)
 
-    async def append(database: Database, rows: list[NewEventRow]) -> dict[str, Any]:
-        async def command(tx: HostTransaction) -> dict[str, Any]:
+    async def append(database: Database, rows: list[NewEventRow]) -> dict[str, AppendedRun]:
+        async def command(tx: HostTransaction) -> dict[str, AppendedRun]:
             return await tx.events.append(rows)
 
         return await unit_of_work.run(database, command)
@@ -107,15 +107,15 @@ def test_one_append_of_many_rows_keeps_their_order_and_each_workspace_previous_i
         database = Database(migrated_db_url)
         await database.start()
         first = [row("ws-a", 0)]
-        assert await append(database, first) == {"ws-a": (0, [1])}
+        assert await append(database, first) == {"ws-a": AppendedRun(0, [1])}
         # Two workspaces interleaved in one append.
         second = [row("ws-b" if index % 3 == 0 else "ws-a", index) for index in range(1, 12)]
         appended = await append(database, second)
-        assert appended["ws-a"][0] == 1  # the previous append's id
-        assert appended["ws-b"][0] == 0
-        ids = {ws: iter(new_ids) for ws, (_, new_ids) in appended.items()}
+        assert appended["ws-a"].previous_seq == 1  # the previous append's last number
+        assert appended["ws-b"].previous_seq == 0
+        ids = {ws: iter(run.ids) for ws, run in appended.items()}
         expected = [(next(ids[item.workspace_id]), item.payload) for item in second]
-        # Row i of the append got the i-th id: ascending in input order, gap-free.
+        # Row i of the append got the i-th id: ascending in input order.
         assert [event_id for event_id, _ in expected] == list(range(2, 13))
         async with AsyncSession(database.engine) as db:
             stored = (
@@ -125,9 +125,21 @@ def test_one_append_of_many_rows_keeps_their_order_and_each_workspace_previous_i
                     .order_by(ActivityEvent.id)
                 )
             ).all()
+            numbered = (
+                await db.execute(
+                    select(ActivityEvent.workspace_id, ActivityEvent.workspace_seq).order_by(
+                        ActivityEvent.id
+                    )
+                )
+            ).all()
         assert [(event_id, bytes(payload)) for event_id, payload in stored] == expected
+        # Each workspace's numbers are 1, 2, 3 ... in row order, whatever the interleaving.
+        per_workspace: dict[str, list[int]] = {}
+        for workspace_id, seq in numbered:
+            per_workspace.setdefault(workspace_id, []).append(seq)
+        assert per_workspace == {"ws-a": list(range(1, 10)), "ws-b": [1, 2, 3]}
         third = await append(database, [row("ws-b", 20), row("ws-a", 21)])
-        assert third == {"ws-b": (10, [13]), "ws-a": (12, [14])}
+        assert third == {"ws-b": AppendedRun(3, [13]), "ws-a": AppendedRun(9, [14])}
         await database.stop()
 
     asyncio.run(scenario())

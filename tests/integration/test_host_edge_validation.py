@@ -23,14 +23,14 @@ from typing import Any
 
 import grpc
 import pytest
-from sqlalchemy import Engine, insert
+from sqlalchemy import Engine, delete, func, insert, select
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import activity_pb2, host_pb2, runtime_pb2
 from services.host.runtime import link
 from services.host.sessions.listing import MAX_SEARCH_LENGTH
 from store.engine import create_sync_engine_for
-from store.models import ActivityEvent
+from store.models import ActivityEvent, WorkspaceEventHead
 from tests.integration.host_activity import DEVICE, PROVIDER, TARGET_ID, WS, start_host
 from tests.support.activity_watch import Watcher
 from tests.support.host_sessions import error_of
@@ -172,9 +172,21 @@ def test_watch_activity_fails_rather_than_emit_a_version_above_2_53(
         ),
     )
     with engine.begin() as connection:  # a row stored before encode checked the bound
+        # Numbered as an append numbers it: the workspace's next sequence, its head moved.
+        seq = (
+            1
+            + connection.execute(
+                select(func.coalesce(func.max(WorkspaceEventHead.last_seq), 0)).where(
+                    WorkspaceEventHead.workspace_id == WS
+                )
+            ).scalar_one()
+        )
+        connection.execute(delete(WorkspaceEventHead).where(WorkspaceEventHead.workspace_id == WS))
+        connection.execute(insert(WorkspaceEventHead).values(workspace_id=WS, last_seq=seq))
         connection.execute(
             insert(ActivityEvent).values(
                 workspace_id=WS,
+                workspace_seq=seq,
                 session_id="s1",
                 event_type="message_update",
                 payload=event.SerializeToString(),

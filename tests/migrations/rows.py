@@ -112,6 +112,7 @@ def activity_event_row(**overrides: Any) -> dict[str, Any]:
     """A durable activity event."""
     row: dict[str, Any] = {
         "workspace_id": WORKSPACE,
+        "workspace_seq": 1,
         "session_id": "s-1",
         "event_type": "turn_update",
         "payload": b"\x08\x01",

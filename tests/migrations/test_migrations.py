@@ -491,9 +491,11 @@ def test_activity_event_ids_are_never_reused(sync_engine: Engine) -> None:
     with sync_engine.begin() as connection:
         ids = [
             connection.execute(
-                insert(ActivityEvent).values(**activity_event_row()).returning(ActivityEvent.id)
+                insert(ActivityEvent)
+                .values(**activity_event_row(workspace_seq=seq))
+                .returning(ActivityEvent.id)
             ).scalar_one()
-            for _ in range(3)
+            for seq in range(1, 4)
         ]
         assert ids == sorted(ids)
         assert len(set(ids)) == 3
@@ -501,6 +503,8 @@ def test_activity_event_ids_are_never_reused(sync_engine: Engine) -> None:
 
     with sync_engine.begin() as connection:
         next_id = connection.execute(
-            insert(ActivityEvent).values(**activity_event_row()).returning(ActivityEvent.id)
+            insert(ActivityEvent)
+            .values(**activity_event_row(workspace_seq=4))
+            .returning(ActivityEvent.id)
         ).scalar_one()
     assert next_id > max(ids)

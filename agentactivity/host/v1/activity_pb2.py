@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from agentactivity.canonical.v1 import canonical_pb2 as agentactivity_dot_canonical_dot_v1_dot_canonical__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$agentactivity/host/v1/activity.proto\x12\x15\x61gentactivity.host.v1\x1a*agentactivity/canonical/v1/canonical.proto\"\xdd\x04\n\rActivityEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\x12\x14\n\x0cworkspace_id\x18\x02 \x01(\t\x12\x1b\n\x13occurred_at_unix_ms\x18\x03 \x01(\x03\x12\x43\n\x0emessage_update\x18\n \x01(\x0b\x32).agentactivity.host.v1.MessageUpdateEventH\x00\x12\x41\n\rmessage_delta\x18\x0b \x01(\x0b\x32(.agentactivity.host.v1.MessageDeltaEventH\x00\x12=\n\x0bturn_update\x18\x0c \x01(\x0b\x32&.agentactivity.host.v1.TurnUpdateEventH\x00\x12K\n\x12interaction_update\x18\r \x01(\x0b\x32-.agentactivity.host.v1.InteractionUpdateEventH\x00\x12Z\n\x1asession_reconcile_required\x18\x0e \x01(\x0b\x32\x34.agentactivity.host.v1.SessionReconcileRequiredEventH\x00\x12\x45\n\x0fsession_deleted\x18\x0f \x01(\x0b\x32*.agentactivity.host.v1.SessionDeletedEventH\x00\x12G\n\x10session_restored\x18\x10 \x01(\x0b\x32+.agentactivity.host.v1.SessionRestoredEventH\x00\x42\x07\n\x05\x65vent\"\x96\x01\n\x12MessageUpdateEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x35\n\x08messages\x18\x02 \x03(\x0b\x32#.agentactivity.canonical.v1.Message\x12\x15\n\rmessage_count\x18\x03 \x01(\x05\x12\x1e\n\x16latest_message_version\x18\x04 \x01(\x03\"L\n\x11MessageDeltaEvent\x12\x37\n\x05\x64\x65lta\x18\x01 \x01(\x0b\x32(.agentactivity.canonical.v1.MessageDelta\"q\n\x0fTurnUpdateEvent\x12.\n\x04turn\x18\x01 \x01(\x0b\x32 .agentactivity.canonical.v1.Turn\x12\x1b\n\x0e\x61\x63tive_turn_id\x18\x02 \x01(\tH\x00\x88\x01\x01\x42\x11\n\x0f_active_turn_id\"V\n\x16InteractionUpdateEvent\x12<\n\x0binteraction\x18\x01 \x01(\x0b\x32\'.agentactivity.canonical.v1.Interaction\"3\n\x1dSessionReconcileRequiredEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\"Y\n\x13SessionDeletedEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\t\x12\x1a\n\x12\x64\x65leted_at_unix_ms\x18\x03 \x01(\x03\">\n\x14SessionRestoredEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\t\"d\n\x13\x41\x63tivityStreamReady\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x15\n\rhead_event_id\x18\x02 \x01(\x03\x12 \n\x18oldest_retained_event_id\x18\x03 \x01(\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$agentactivity/host/v1/activity.proto\x12\x15\x61gentactivity.host.v1\x1a*agentactivity/canonical/v1/canonical.proto\"\xf9\x04\n\rActivityEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\x12\x14\n\x0cworkspace_id\x18\x02 \x01(\t\x12\x1b\n\x13occurred_at_unix_ms\x18\x03 \x01(\x03\x12\x1a\n\x12workspace_sequence\x18\x04 \x01(\x03\x12\x43\n\x0emessage_update\x18\n \x01(\x0b\x32).agentactivity.host.v1.MessageUpdateEventH\x00\x12\x41\n\rmessage_delta\x18\x0b \x01(\x0b\x32(.agentactivity.host.v1.MessageDeltaEventH\x00\x12=\n\x0bturn_update\x18\x0c \x01(\x0b\x32&.agentactivity.host.v1.TurnUpdateEventH\x00\x12K\n\x12interaction_update\x18\r \x01(\x0b\x32-.agentactivity.host.v1.InteractionUpdateEventH\x00\x12Z\n\x1asession_reconcile_required\x18\x0e \x01(\x0b\x32\x34.agentactivity.host.v1.SessionReconcileRequiredEventH\x00\x12\x45\n\x0fsession_deleted\x18\x0f \x01(\x0b\x32*.agentactivity.host.v1.SessionDeletedEventH\x00\x12G\n\x10session_restored\x18\x10 \x01(\x0b\x32+.agentactivity.host.v1.SessionRestoredEventH\x00\x42\x07\n\x05\x65vent\"\x96\x01\n\x12MessageUpdateEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x35\n\x08messages\x18\x02 \x03(\x0b\x32#.agentactivity.canonical.v1.Message\x12\x15\n\rmessage_count\x18\x03 \x01(\x05\x12\x1e\n\x16latest_message_version\x18\x04 \x01(\x03\"L\n\x11MessageDeltaEvent\x12\x37\n\x05\x64\x65lta\x18\x01 \x01(\x0b\x32(.agentactivity.canonical.v1.MessageDelta\"q\n\x0fTurnUpdateEvent\x12.\n\x04turn\x18\x01 \x01(\x0b\x32 .agentactivity.canonical.v1.Turn\x12\x1b\n\x0e\x61\x63tive_turn_id\x18\x02 \x01(\tH\x00\x88\x01\x01\x42\x11\n\x0f_active_turn_id\"V\n\x16InteractionUpdateEvent\x12<\n\x0binteraction\x18\x01 \x01(\x0b\x32\'.agentactivity.canonical.v1.Interaction\"3\n\x1dSessionReconcileRequiredEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\"Y\n\x13SessionDeletedEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\t\x12\x1a\n\x12\x64\x65leted_at_unix_ms\x18\x03 \x01(\x03\">\n\x14SessionRestoredEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\t\"\x85\x01\n\x13\x41\x63tivityStreamReady\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x15\n\rhead_event_id\x18\x02 \x01(\x03\x12 \n\x18oldest_retained_event_id\x18\x03 \x01(\x03\x12\x1f\n\x17head_workspace_sequence\x18\x04 \x01(\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,21 +33,21 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentactivity.host.v1.activ
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ACTIVITYEVENT']._serialized_start=108
-  _globals['_ACTIVITYEVENT']._serialized_end=713
-  _globals['_MESSAGEUPDATEEVENT']._serialized_start=716
-  _globals['_MESSAGEUPDATEEVENT']._serialized_end=866
-  _globals['_MESSAGEDELTAEVENT']._serialized_start=868
-  _globals['_MESSAGEDELTAEVENT']._serialized_end=944
-  _globals['_TURNUPDATEEVENT']._serialized_start=946
-  _globals['_TURNUPDATEEVENT']._serialized_end=1059
-  _globals['_INTERACTIONUPDATEEVENT']._serialized_start=1061
-  _globals['_INTERACTIONUPDATEEVENT']._serialized_end=1147
-  _globals['_SESSIONRECONCILEREQUIREDEVENT']._serialized_start=1149
-  _globals['_SESSIONRECONCILEREQUIREDEVENT']._serialized_end=1200
-  _globals['_SESSIONDELETEDEVENT']._serialized_start=1202
-  _globals['_SESSIONDELETEDEVENT']._serialized_end=1291
-  _globals['_SESSIONRESTOREDEVENT']._serialized_start=1293
-  _globals['_SESSIONRESTOREDEVENT']._serialized_end=1355
-  _globals['_ACTIVITYSTREAMREADY']._serialized_start=1357
-  _globals['_ACTIVITYSTREAMREADY']._serialized_end=1457
+  _globals['_ACTIVITYEVENT']._serialized_end=741
+  _globals['_MESSAGEUPDATEEVENT']._serialized_start=744
+  _globals['_MESSAGEUPDATEEVENT']._serialized_end=894
+  _globals['_MESSAGEDELTAEVENT']._serialized_start=896
+  _globals['_MESSAGEDELTAEVENT']._serialized_end=972
+  _globals['_TURNUPDATEEVENT']._serialized_start=974
+  _globals['_TURNUPDATEEVENT']._serialized_end=1087
+  _globals['_INTERACTIONUPDATEEVENT']._serialized_start=1089
+  _globals['_INTERACTIONUPDATEEVENT']._serialized_end=1175
+  _globals['_SESSIONRECONCILEREQUIREDEVENT']._serialized_start=1177
+  _globals['_SESSIONRECONCILEREQUIREDEVENT']._serialized_end=1228
+  _globals['_SESSIONDELETEDEVENT']._serialized_start=1230
+  _globals['_SESSIONDELETEDEVENT']._serialized_end=1319
+  _globals['_SESSIONRESTOREDEVENT']._serialized_start=1321
+  _globals['_SESSIONRESTOREDEVENT']._serialized_end=1383
+  _globals['_ACTIVITYSTREAMREADY']._serialized_start=1386
+  _globals['_ACTIVITYSTREAMREADY']._serialized_end=1519
 # @@protoc_insertion_point(module_scope)

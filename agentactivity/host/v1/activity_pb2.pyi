@@ -43,6 +43,7 @@ class ActivityEvent(_message.Message):
     EVENT_ID_FIELD_NUMBER: _builtins.int
     WORKSPACE_ID_FIELD_NUMBER: _builtins.int
     OCCURRED_AT_UNIX_MS_FIELD_NUMBER: _builtins.int
+    WORKSPACE_SEQUENCE_FIELD_NUMBER: _builtins.int
     MESSAGE_UPDATE_FIELD_NUMBER: _builtins.int
     MESSAGE_DELTA_FIELD_NUMBER: _builtins.int
     TURN_UPDATE_FIELD_NUMBER: _builtins.int
@@ -63,6 +64,15 @@ class ActivityEvent(_message.Message):
     occurred_at_unix_ms: _builtins.int
     """occurred_at_unix_ms is when Host committed (or, for a delta, received) the
     event. It is transport metadata only and never orders entities.
+    """
+    workspace_sequence: _builtins.int
+    """workspace_sequence is the durable event's number in its workspace's gap-free,
+    commit-ordered sequence (SCALE-1): consecutive durable events of a workspace
+    carry consecutive numbers, whichever Host replica committed or serves them,
+    so a jump means missed events. It orders exactly as `event_id` within the
+    workspace; `event_id` stays the resume cursor. For an ephemeral
+    `message_delta` it is the number of the last durable event the delta follows
+    in this stream. 0 from a Host that predates it.
     """
     @_builtins.property
     def message_update(self) -> Global___MessageUpdateEvent:
@@ -98,6 +108,7 @@ class ActivityEvent(_message.Message):
         event_id: _builtins.int = ...,
         workspace_id: _builtins.str = ...,
         occurred_at_unix_ms: _builtins.int = ...,
+        workspace_sequence: _builtins.int = ...,
         message_update: Global___MessageUpdateEvent | None = ...,
         message_delta: Global___MessageDeltaEvent | None = ...,
         turn_update: Global___TurnUpdateEvent | None = ...,
@@ -108,7 +119,7 @@ class ActivityEvent(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "interaction_update", b"interaction_update", "message_delta", b"message_delta", "message_update", b"message_update", "session_deleted", b"session_deleted", "session_reconcile_required", b"session_reconcile_required", "session_restored", b"session_restored", "turn_update", b"turn_update"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "event_id", b"event_id", "interaction_update", b"interaction_update", "message_delta", b"message_delta", "message_update", b"message_update", "occurred_at_unix_ms", b"occurred_at_unix_ms", "session_deleted", b"session_deleted", "session_reconcile_required", b"session_reconcile_required", "session_restored", b"session_restored", "turn_update", b"turn_update", "workspace_id", b"workspace_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "event_id", b"event_id", "interaction_update", b"interaction_update", "message_delta", b"message_delta", "message_update", b"message_update", "occurred_at_unix_ms", b"occurred_at_unix_ms", "session_deleted", b"session_deleted", "session_reconcile_required", b"session_reconcile_required", "session_restored", b"session_restored", "turn_update", b"turn_update", "workspace_id", b"workspace_id", "workspace_sequence", b"workspace_sequence"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["message_update", "message_delta", "turn_update", "interaction_update", "session_reconcile_required", "session_deleted", "session_restored"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
@@ -352,6 +363,7 @@ class ActivityStreamReady(_message.Message):
     WORKSPACE_ID_FIELD_NUMBER: _builtins.int
     HEAD_EVENT_ID_FIELD_NUMBER: _builtins.int
     OLDEST_RETAINED_EVENT_ID_FIELD_NUMBER: _builtins.int
+    HEAD_WORKSPACE_SEQUENCE_FIELD_NUMBER: _builtins.int
     workspace_id: _builtins.str
     """workspace_id is the watched workspace."""
     head_event_id: _builtins.int
@@ -364,16 +376,21 @@ class ActivityStreamReady(_message.Message):
     """oldest_retained_event_id is the oldest durable event still replayable; a
     cursor older than `oldest_retained_event_id - 1` fails with OUT_OF_RANGE.
     """
+    head_workspace_sequence: _builtins.int
+    """head_workspace_sequence is the `workspace_sequence` of the event
+    `head_event_id` (0 when the feed is empty).
+    """
     def __init__(
         self,
         *,
         workspace_id: _builtins.str = ...,
         head_event_id: _builtins.int = ...,
         oldest_retained_event_id: _builtins.int = ...,
+        head_workspace_sequence: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["head_event_id", b"head_event_id", "oldest_retained_event_id", b"oldest_retained_event_id", "workspace_id", b"workspace_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["head_event_id", b"head_event_id", "head_workspace_sequence", b"head_workspace_sequence", "oldest_retained_event_id", b"oldest_retained_event_id", "workspace_id", b"workspace_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

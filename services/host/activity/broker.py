@@ -53,8 +53,8 @@ class CommittedBatch:
     """The durable events one transaction appended for one workspace.
 
     Attributes:
-        previous_event_id: The workspace's highest event id before this append (exact:
-            appends are serialized), so a subscriber at that id can emit ``events`` directly.
+        previous_seq: The workspace's ``workspace_seq`` just before ``events[0]`` (exact: the
+            sequence is gap-free), so a subscriber that emitted it can emit ``events`` directly.
         redundant_texts: For a ``message_update`` that only carries non-terminal text or
             reasoning snapshots: ``{event_id: {message_id: text}}``. A subscriber that already
             streamed exactly that text as deltas may skip the event (HOST-RT-2); every
@@ -65,16 +65,23 @@ class CommittedBatch:
     """
 
     workspace_id: str
-    previous_event_id: int
+    previous_seq: int
     events: tuple[StoredEvent, ...]
     redundant_texts: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
     settled_turns: tuple[TurnKey, ...] = ()
     tool_call_anchors: tuple[tuple[str, str, str, str, bool], ...] = ()
+    local: bool = True
+    """Whether this process committed it (False: read from the log by the log follower)."""
+
+    @property
+    def last_seq(self) -> int:
+        """The highest ``workspace_seq`` of the batch."""
+        return self.events[-1].workspace_seq if self.events else self.previous_seq
 
     @property
     def last_event_id(self) -> int:
-        """The highest id of the batch."""
-        return self.events[-1].event_id if self.events else self.previous_event_id
+        """The highest id of the batch (0 when it is empty)."""
+        return self.events[-1].event_id if self.events else 0
 
 
 LiveItem = LiveDelta | CommittedBatch

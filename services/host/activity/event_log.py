@@ -9,7 +9,7 @@ How changes are found: every Host command runs through
 record, explicitly, each Session, Turn, Message and Interaction they create or change
 (``HostTransaction.changes``). Last in the transaction — after the command and its
 participants — :meth:`ActivityLog.append` reads those changes, builds the exact event set and
-appends the rows under the append lock (``services.host.repository.activity_events``); a failure
+appends the rows, numbered per workspace (``services.host.repository.activity_events``); a failure
 here rolls the command back, as a change without its event row must not commit. The hook it
 returns — the commit observer — publishes one :class:`CommittedBatch` per workspace after the
 commit. Its failure is logged and never undoes the commit: the rows are the truth, publication
@@ -44,7 +44,7 @@ from services.host.activity.events import (
     session_of,
 )
 from services.host.model.records import TurnRecord
-from services.host.repository.activity_events import NewEventRow, StoredEvent
+from services.host.repository.activity_events import AppendedRun, NewEventRow, StoredEvent
 from services.host.repository.changes import ChangeSet
 from services.host.repository.row_records import MessageRecord
 from services.host.repository.unit_of_work import HostTransaction
@@ -149,7 +149,7 @@ class ActivityLog:
             batches.append(
                 CommittedBatch(
                     workspace_id=workspace_id,
-                    previous_event_id=appended[workspace_id][0],
+                    previous_seq=appended[workspace_id].previous_seq,
                     events=tuple(stored_events),
                     redundant_texts={k: v for k, v in redundant.items() if k in ids_here},
                     settled_turns=tuple(key for key in settled_keys if key[0] == workspace_id),
@@ -286,7 +286,7 @@ async def _live_texts(
 
 def _stored_events(
     rows: list[NewEventRow],
-    appended: dict[str, tuple[int, list[int]]],
+    appended: dict[str, AppendedRun],
     redundant_by_position: dict[int, dict[str, str]],
 ) -> tuple[dict[str, list[StoredEvent]], dict[int, dict[str, str]]]:
     """The appended rows as stored events per workspace, and the redundant texts by event id."""
@@ -294,11 +294,12 @@ def _stored_events(
     stored_by_ws: dict[str, list[StoredEvent]] = {}
     redundant: dict[int, dict[str, str]] = {}
     for position, new_row in enumerate(rows):
-        ids = appended[new_row.workspace_id][1]
+        run = appended[new_row.workspace_id]
         index = cursor.get(new_row.workspace_id, 0)
         cursor[new_row.workspace_id] = index + 1
         stored = StoredEvent(
-            event_id=ids[index],
+            event_id=run.ids[index],
+            workspace_seq=run.previous_seq + 1 + index,
             workspace_id=new_row.workspace_id,
             session_id=new_row.session_id,
             event_type=new_row.event_type,

@@ -1,23 +1,29 @@
 """The activity feed of one Host process: log, live lane, delta lane, pruning, ``WatchActivity``.
 
-``WatchActivity(workspace, after_event_id)`` (HOST-OBS-2) works in three steps:
+``WatchActivity(workspace, after_event_id)`` (HOST-OBS-2, SCALE-1) works in three steps:
 
 1. **Subscribe first.** The live subscription is registered before anything is read, then the
    log bounds are read and the ready marker is emitted. Any event that commits after the
-   registration reaches the subscription, so nothing falls between catch-up and live.
+   registration reaches the subscription — from this process's commit observer, or from the
+   :class:`~services.host.activity.log_follower.LogFollower` when another process committed
+   it — so nothing falls between catch-up and live.
 2. **Catch up** from the durable log: events with ``after_event_id < id <= head``, where
-   ``head`` is the workspace's last committed id seen right after registering.
-3. **Live**: items in publication order. A delta is emitted as it comes; a committed batch is
-   emitted directly when it follows the last emitted id (``previous_event_id``), skipped when
-   already emitted, and otherwise the gap is read from the log up to the batch's last id (a
-   batch published out of order, or a writer that did not publish). When the buffer is idle the
-   log is checked once more, so even a lost wake hint costs only latency.
+   ``head`` is the workspace's last committed id seen right after registering. Within a
+   workspace ids commit in order (``services.host.repository.activity_events``), so this is
+   exactly the workspace's events up to its head sequence.
+3. **Live**: items in publication order, ordered by the workspace's gap-free sequence
+   ``workspace_seq``. A delta is emitted as it comes; a committed batch is emitted directly
+   when it follows the last emitted sequence (``previous_seq``), skipped when already emitted,
+   and otherwise the gap is read from the log up to the batch's last sequence (a batch
+   published out of order, or a writer that did not publish: the follower's next read brings
+   it). Reads are never needed to notice an event: the follower publishes whatever reached
+   the log without reaching the broker.
 
 Causal order: the runtime link publishes a delta before it reads the runtime's next report,
-and a report's events are published only after its commit, so in every subscriber's FIFO a
-delta precedes the events of every later report. Catch-up never reads past ``head`` and a gap
-read never past the batch being handled, so durable events are never pulled ahead of a delta
-that was received before them.
+and a report's events are published only after its commit (by the observer or, later, by the
+follower), so in every subscriber's FIFO a delta precedes the events of every later report.
+Catch-up never reads past ``head`` and a gap read never past the batch being handled, so
+durable events are never pulled ahead of a delta that was received before them.
 
 Bounds: each subscriber buffers at most ``queue_max_items`` live items; overflow ends its stream
 with ``RESOURCE_EXHAUSTED`` (``WATCH_CONSUMER_TOO_SLOW``) and the consumer resumes from its
@@ -53,6 +59,7 @@ from services.host.activity.broker import (
 from services.host.activity.delta_lane import DeltaLane
 from services.host.activity.event_log import ActivityLog
 from services.host.activity.events import EventCodec, MessageDelta
+from services.host.activity.log_follower import LogFollower, WakeHints
 from services.host.repository import unit_of_work
 from services.host.repository.activity_events import LogBounds, StoredEvent
 from services.host.repository.unit_of_work import HostTransaction
@@ -82,6 +89,7 @@ class FeedSettings:
 
     queue_max_items: int = 10_000
     idle_check_seconds: float = 1.0
+    """How often the log follower reads the heads of the watched workspaces (SCALE-1)."""
     page_size: int = 500
     retention_seconds: float = 7 * 24 * 3600.0
     max_rows: int = 1_000_000
@@ -96,6 +104,7 @@ class ActivityFeed:
         codec: Event serializer (wire layer); without one no events are recorded (unit tests
             that build a bare ``HostContext``).
         settings: Bounds.
+        wake_hints: Cross-process wake-ups for the log follower (a bus); none: it polls.
     """
 
     def __init__(
@@ -103,18 +112,26 @@ class ActivityFeed:
         clock: Callable[[], int],
         codec: EventCodec | None = None,
         settings: FeedSettings | None = None,
+        wake_hints: WakeHints | None = None,
     ) -> None:
         self.clock = clock
         self.settings = settings or FeedSettings()
         self.broker = ActivityBroker()
         self.log = None if codec is None else ActivityLog(codec, self.broker, clock)
         self.deltas = DeltaLane(self.broker, clock, outbox=self.log)
+        self.follower = LogFollower(
+            self.broker,
+            poll_seconds=self.settings.idle_check_seconds,
+            page_size=self.settings.page_size,
+            hints=wake_hints,
+        )
         self._pruner: asyncio.Task[None] | None = None
 
     async def start(self, database: Database) -> None:
-        """Start the pruner (a server start hook)."""
+        """Start the pruner and the log follower (a server start hook)."""
         if self.log is None:
             return
+        await self.follower.start(database)
         self._pruner = asyncio.create_task(self._prune_forever(database))
 
     async def end_watches(self) -> None:
@@ -124,7 +141,8 @@ class ActivityFeed:
             _log.info("ended %d activity watches for the drain", ended)
 
     async def stop(self, database: Database) -> None:
-        """Stop the pruner (a server stop hook)."""
+        """Stop the pruner and the log follower (a server stop hook)."""
+        await self.follower.stop()
         if self._pruner is not None:
             self._pruner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -160,6 +178,7 @@ class WatchReady:
     workspace_id: str
     head_event_id: int
     oldest_retained_event_id: int
+    head_workspace_seq: int = 0
 
 
 @dataclass(frozen=True)
@@ -169,36 +188,51 @@ class WatchDelta:
     delta: MessageDelta
     after_event_id: int
     received_at_unix_ms: int
+    after_workspace_seq: int = 0
 
 
 WatchItem = WatchReady | StoredEvent | WatchDelta
 
 
 async def _read(
-    database: Database, workspace_id: str, after_id: int, up_to: int | None, limit: int
+    database: Database,
+    workspace_id: str,
+    after: int,
+    up_to: int | None,
+    limit: int,
+    *,
+    by_seq: bool = False,
+    resume_id: int | None = None,
 ) -> list[StoredEvent]:
-    """Events after ``after_id``; ``OUT_OF_RANGE`` when a prune may have removed some of them.
+    """Events after ``after`` (an id, or a ``workspace_seq`` with ``by_seq``).
 
-    The retention bound is read after the page: a prune that deleted events this read needed
-    committed its bound with the delete, so it is seen here (a prune after the page read is
-    seen too and costs only a resubscription). Without it a prune racing the catch-up would
-    drop events silently.
+    ``resume_id`` is the stream's resume cursor reported with a ``by_seq`` expiry.
+
+    ``OUT_OF_RANGE`` when a prune may have removed some of them: the retention bound is read
+    after the page; a prune that deleted events this read needed committed its bound with the
+    delete, so it is seen here (a prune after the page read is seen too and costs only a
+    resubscription). Without it a prune racing the catch-up would drop events silently.
     """
 
     async def read(tx: HostTransaction) -> tuple[list[StoredEvent], int]:
-        page = await tx.events.after(workspace_id, after_id, up_to=up_to, limit=limit)
+        if by_seq:
+            page = await tx.events.after_seq(workspace_id, after, up_to=up_to, limit=limit)
+            return page, await tx.events.pruned_through_seq(workspace_id)
+        page = await tx.events.after(workspace_id, after, up_to=up_to, limit=limit)
         return page, await tx.events.pruned_through(workspace_id)
 
     page, pruned = await unit_of_work.run(database, read, write=False)
-    if pruned > after_id:
+    if pruned > after:
+        metadata = (
+            {"after_event_id": str(resume_id), "after_workspace_seq": str(after)}
+            if by_seq
+            else {"after_event_id": str(after), "oldest_retained_event_id": str(pruned + 1)}
+        )
         raise OutOfRange(
-            f"events after {after_id} were pruned while this stream read them; "
+            f"events after {after} were pruned while this stream read them; "
             "reconcile and resubscribe without a cursor",
             reason="EVENT_CURSOR_EXPIRED",
-            metadata={
-                "after_event_id": str(after_id),
-                "oldest_retained_event_id": str(pruned + 1),
-            },
+            metadata=metadata,
         )
     return page
 
@@ -263,44 +297,54 @@ async def watch_activity(
     """
     settings = feed.settings
     subscription = feed.broker.subscribe(workspace_id, max_items=settings.queue_max_items)
+    watching = False
     try:
         bounds = await _bounds(database, workspace_id)
         if after_event_id is not None:
             _check_cursor(after_event_id, bounds)
-        yield WatchReady(workspace_id, bounds.workspace_head, bounds.oldest_retained or 0)
+        feed.follower.watch(workspace_id, bounds.workspace_head_seq)
+        watching = True
+        yield WatchReady(
+            workspace_id,
+            bounds.workspace_head,
+            bounds.oldest_retained or 0,
+            bounds.workspace_head_seq,
+        )
         start = bounds.workspace_head if after_event_id is None else after_event_id
         cursor = _Cursor(database, workspace_id, settings.page_size, start)
         async with contextlib.aclosing(cursor.read_until(bounds.workspace_head)) as backlog:
             async for stored in backlog:
                 yield stored
+        # Caught up through the head: from here on the stream follows the workspace sequence.
+        cursor.last_seq = bounds.workspace_head_seq
         texts = _LiveTexts()
         while True:
-            item = await _next_live(subscription, settings.idle_check_seconds, cursor.last)
-            if item is None:
-                # Idle: nothing is buffered, so reading the log cannot overtake a delta.
-                async with contextlib.aclosing(cursor.read_page()) as page:
-                    async for stored in page:
-                        yield stored
-            elif isinstance(item, LiveDelta):
+            item = await _next_live(subscription, cursor.last)
+            if isinstance(item, LiveDelta):
                 texts.apply(item.delta)
-                yield WatchDelta(item.delta, cursor.last, item.received_at_unix_ms)
-            elif item.last_event_id <= cursor.last:
+                yield WatchDelta(item.delta, cursor.last, item.received_at_unix_ms, cursor.last_seq)
+            elif item.last_seq <= cursor.last_seq:
                 continue
-            elif item.previous_event_id <= cursor.last:
+            elif item.previous_seq <= cursor.last_seq:
                 for stored in cursor.follow(item, texts):
                     yield stored
             else:
-                async with contextlib.aclosing(cursor.read_until(item.last_event_id)) as gap:
+                async with contextlib.aclosing(cursor.read_gap(item.last_seq)) as gap:
                     async for stored in gap:
                         yield stored
     finally:
         subscription.close()
+        if watching:
+            feed.follower.unwatch(workspace_id)
 
 
-async def _next_live(subscription: Subscription, idle_seconds: float, last: int) -> LiveItem | None:
-    """The subscription's next item (None when idle), its end mapped to the stream's error."""
+async def _next_live(subscription: Subscription, last: int) -> LiveItem:
+    """The subscription's next item, its end mapped to the stream's error."""
     try:
-        return await subscription.next(idle_seconds)
+        while True:
+            item = await subscription.next(None)
+            if item is not None:
+                return item
     except SubscriberOverflow:
         raise ResourceExhausted(
             "the activity consumer fell too far behind; resume from its cursor",
@@ -317,16 +361,25 @@ async def _next_live(subscription: Subscription, idle_seconds: float, last: int)
 
 
 class _Cursor:
-    """The last event id a stream emitted or passed over, and the reads that advance it."""
+    """Where a stream stands and the reads that advance it.
+
+    ``last`` is the id of the last durable event the stream emitted or passed over (the
+    consumer's resume cursor); ``last_seq`` its ``workspace_seq``, which orders the live phase.
+    """
 
     def __init__(self, database: Database, workspace_id: str, page_size: int, last: int) -> None:
         self._database = database
         self._workspace_id = workspace_id
         self._page_size = page_size
         self.last = last
+        self.last_seq = 0
+
+    def _advance(self, stored: StoredEvent) -> None:
+        self.last = stored.event_id
+        self.last_seq = stored.workspace_seq
 
     async def read_until(self, up_to: int) -> AsyncGenerator[StoredEvent, None]:
-        """The log's events after ``last`` through ``up_to``, page by page."""
+        """The log's events after id ``last`` through id ``up_to``, page by page (catch-up)."""
         while self.last < up_to:
             page = await _read(
                 self._database, self._workspace_id, self.last, up_to, self._page_size
@@ -335,22 +388,32 @@ class _Cursor:
                 break
             for stored in page:
                 yield stored
-                self.last = stored.event_id
+                self._advance(stored)
 
-    async def read_page(self) -> AsyncGenerator[StoredEvent, None]:
-        """One page of the log's events after ``last``, unbounded above."""
-        for stored in await _read(
-            self._database, self._workspace_id, self.last, None, self._page_size
-        ):
-            yield stored
-            self.last = stored.event_id
+    async def read_gap(self, up_to_seq: int) -> AsyncGenerator[StoredEvent, None]:
+        """The log's events after ``last_seq`` through ``up_to_seq``, page by page."""
+        while self.last_seq < up_to_seq:
+            page = await _read(
+                self._database,
+                self._workspace_id,
+                self.last_seq,
+                up_to_seq,
+                self._page_size,
+                by_seq=True,
+                resume_id=self.last,
+            )
+            if not page:
+                break
+            for stored in page:
+                yield stored
+                self._advance(stored)
 
     def follow(self, batch: CommittedBatch, texts: _LiveTexts) -> Iterator[StoredEvent]:
-        """A batch's events after ``last``, minus snapshots the deltas already carried."""
+        """A batch's events after ``last_seq``, minus snapshots the deltas already carried."""
         for stored in batch.events:
-            if stored.event_id <= self.last:
+            if stored.workspace_seq <= self.last_seq:
                 continue
-            self.last = stored.event_id
+            self._advance(stored)
             if texts.represents(
                 stored.session_id,
                 dict(batch.redundant_texts.get(stored.event_id, {})) or None,

@@ -1,16 +1,18 @@
-"""``activity_events`` rows: append under the ordering lock, read, prune (HOST-OBS-1/2).
+"""``activity_events`` rows: append in per-workspace order, read, prune (HOST-OBS-1/2, SCALE-1).
 
-Ids are the feed cursor. SQLite serializes writers, so ids commit in id order there. Postgres
-assigns identity values at insert, not at commit, so two transactions could commit ids out of
-order and a reader of ``id > cursor`` could skip the slower one's rows (ADR 0011, "Open").
-Every append therefore takes :data:`EVENT_APPEND_LOCK` with ``pg_advisory_xact_lock`` first:
-the lock is held until the appending transaction ends, so a later append cannot even insert
-(and get a higher id) before the earlier one committed or rolled back.
+Every event carries its workspace's gap-free sequence ``workspace_seq``. An append first bumps
+its workspace's ``workspace_event_heads`` row (``INSERT ... ON CONFLICT DO UPDATE ... RETURNING``)
+and only then inserts the events: the bump takes the row's lock, held until the appending
+transaction ends, so a later append of the same workspace can neither draw a sequence number
+nor an id before the earlier one committed or rolled back. Within a workspace, ``id`` and
+``workspace_seq`` therefore both increase in commit order, and a reader of ``id > cursor`` (or
+``workspace_seq > cursor``) never skips a row that commits late. Appends of different
+workspaces take different rows and no longer wait for each other (they used to share one
+``pg_advisory_xact_lock``; ADR 0037). A transaction that appends for several workspaces bumps
+their heads in workspace order, so two such transactions cannot deadlock. SQLite serializes
+writers anyway; the same statements run there.
 
-These functions take a *synchronous* :class:`~sqlalchemy.orm.Session`: the appender runs in the
-ORM ``before_commit`` hook of the transaction it belongs to (inside the asyncio greenlet, as
-SQLAlchemy documents for event handlers), while readers use :class:`EventReader` on an
-``AsyncSession``.
+Readers use :class:`EventLogRepository` on the transaction's ``AsyncSession``.
 """
 
 from __future__ import annotations
@@ -35,44 +37,52 @@ from sqlalchemy import (
     literal,
     select,
     text,
-    update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
-from store.models import ActivityEvent, ActivityEventRetention
+from store.models import ActivityEvent, ActivityEventRetention, WorkspaceEventHead
 
 __all__ = [
-    "EVENT_APPEND_LOCK",
     "EVENT_PRUNE_LOCK",
+    "AppendedRun",
     "EventLogRepository",
     "LogBounds",
     "NewEventRow",
     "StoredEvent",
 ]
 
-EVENT_APPEND_LOCK = 0x7475_7474_6965_7631
-"""``pg_advisory_xact_lock`` key that serializes activity-event appends on Postgres (one key
-for every writer of the log, deletion included, so ids commit in id order)."""
-
 EVENT_PRUNE_LOCK = 0x7475_7474_6965_7632
 """``pg_advisory_xact_lock`` key that serializes pruners (several Host replicas may run one)."""
 
 _WORKSPACE_BATCH = 5_000
-"""Workspaces per delete statement (two parameters each, under SQLite's 32,766)."""
+"""Workspaces per bookkeeping and delete statement (the bounds travel as one parameter)."""
 
 _Retention = ActivityEventRetention
 # Core tables: statements on them are not ORM-enabled (no session synchronization).
 _EVENTS_TABLE: Final = cast(Table, ActivityEvent.__table__)
 _RETENTION_TABLE: Final = cast(Table, ActivityEventRetention.__table__)
+_HEADS_TABLE: Final = cast(Table, WorkspaceEventHead.__table__)
+
+
+def _bump_head(dialect_insert: Any) -> Executable:
+    """``last_seq += :count`` for one workspace (created at ``:count``); returns the new value."""
+    statement = dialect_insert(_HEADS_TABLE).values(
+        workspace_id=bindparam("workspace_id"), last_seq=bindparam("count")
+    )
+    bump: Executable = statement.on_conflict_do_update(
+        index_elements=[_HEADS_TABLE.c.workspace_id],
+        set_={"last_seq": _HEADS_TABLE.c.last_seq + statement.excluded.last_seq},
+    ).returning(_HEADS_TABLE.c.last_seq)
+    return bump
 
 
 # Built once (compiled-statement cache): the append runs in every writing transaction.
-_LOCK_APPENDS: Final = text("SELECT pg_advisory_xact_lock(:key)")
-_WORKSPACE_HEAD: Final = select(func.max(_EVENTS_TABLE.c.id)).where(
-    _EVENTS_TABLE.c.workspace_id == bindparam("workspace_id")
-)
+_BUMP_HEAD: Final = {
+    "postgresql": _bump_head(postgresql.insert),
+    "sqlite": _bump_head(sqlite.insert),
+}
 _INSERT_EVENTS: Final = insert(_EVENTS_TABLE).returning(
     _EVENTS_TABLE.c.id, sort_by_parameter_order=True
 )
@@ -91,7 +101,10 @@ class NewEventRow:
 
 @dataclass(frozen=True)
 class StoredEvent:
-    """A committed row: ``event_id`` is the cursor; ``payload`` the serialized event."""
+    """A committed row: ``event_id`` is the cursor; ``payload`` the serialized event.
+
+    ``workspace_seq`` is the workspace's gap-free sequence number of the event (SCALE-1).
+    """
 
     event_id: int
     workspace_id: str
@@ -99,11 +112,28 @@ class StoredEvent:
     event_type: str
     payload: bytes
     created_at_unix_ms: int
+    workspace_seq: int = 0
+
+
+@dataclass(frozen=True)
+class AppendedRun:
+    """What one append wrote for one workspace.
+
+    Attributes:
+        previous_seq: The workspace's last sequence number before this append (0: none). It
+            is exact (the head row's lock serializes the workspace's appends), so a live
+            subscriber that already emitted it can emit the new events without a read.
+        ids: The new rows' ids, in row order; the i-th has sequence ``previous_seq + 1 + i``.
+    """
+
+    previous_seq: int
+    ids: list[int]
 
 
 def _stored(row: ActivityEvent) -> StoredEvent:
     return StoredEvent(
         event_id=row.id,
+        workspace_seq=row.workspace_seq,
         workspace_id=row.workspace_id,
         session_id=row.session_id,
         event_type=row.event_type,
@@ -118,6 +148,7 @@ class LogBounds:
 
     Attributes:
         workspace_head: The workspace's newest event id (0 when it has none).
+        workspace_head_seq: That event's ``workspace_seq`` (0 when it has none).
         global_head: The log's newest event id; a cursor above it is from the future.
         oldest_retained: The lowest id from which the workspace's feed is complete: one more
             than the highest event id the pruner deleted from this workspace (1 when it
@@ -129,6 +160,7 @@ class LogBounds:
     workspace_head: int
     global_head: int
     oldest_retained: int | None
+    workspace_head_seq: int = 0
 
 
 class EventLogRepository:
@@ -137,61 +169,106 @@ class EventLogRepository:
     def __init__(self, session: AsyncSession) -> None:
         self._db = session
 
-    async def append(self, rows: Sequence[NewEventRow]) -> dict[str, tuple[int, list[int]]]:
-        """Append rows in order under the append lock; per workspace: previous id and new ids.
+    async def append(self, rows: Sequence[NewEventRow]) -> dict[str, AppendedRun]:
+        """Append rows in order, numbered per workspace; per workspace what was written.
 
-        The previous id (the workspace's highest committed event id before this append, 0
-        when none) is exact because appends are serialized: a live subscriber that already
-        emitted it can emit the new rows directly, without a read
-        (``services.host.activity.feed``). The rows go in as one ``INSERT`` with ids in row
-        order (one statement on Postgres; SQLite's ``RETURNING`` order is unspecified, so
-        SQLAlchemy sends that ordered insert one row at a time there).
+        Per workspace (in workspace order, so two multi-workspace appends cannot deadlock)
+        one statement bumps the head row by the number of its rows; its lock orders this
+        append after every earlier one of the workspace and before every later one, until
+        the transaction ends. Then one multi-row ``INSERT`` writes every row with its
+        ``workspace_seq`` and returns the ids in row order (one statement on Postgres;
+        SQLite's ``RETURNING`` order is unspecified, so SQLAlchemy sends that ordered insert
+        one row at a time there).
         """
         if not rows:
             return {}
-        if self._db.get_bind().dialect.name == "postgresql":
-            await self._db.execute(_LOCK_APPENDS, {"key": EVENT_APPEND_LOCK})
-        result: dict[str, tuple[int, list[int]]] = {}
+        per_workspace: dict[str, int] = {}
         for row in rows:
-            if row.workspace_id not in result:
-                previous = (
-                    await self._db.execute(_WORKSPACE_HEAD, {"workspace_id": row.workspace_id})
-                ).scalar_one_or_none()
-                result[row.workspace_id] = (int(previous or 0), [])
-        # One multi-row INSERT for the whole set; SQLAlchemy returns the ids in the order of
-        # the parameter rows (``sort_by_parameter_order``), so row i gets the i-th id.
-        new_ids = (
-            await self._db.execute(
-                _INSERT_EVENTS,
-                [
-                    {
-                        "workspace_id": row.workspace_id,
-                        "session_id": row.session_id,
-                        "event_type": row.event_type,
-                        "payload": row.payload,
-                        "created_at_unix_ms": row.created_at_unix_ms,
-                    }
-                    for row in rows
-                ],
+            per_workspace[row.workspace_id] = per_workspace.get(row.workspace_id, 0) + 1
+        bump = _BUMP_HEAD[self._db.get_bind().dialect.name]
+        next_seq: dict[str, int] = {}
+        result: dict[str, AppendedRun] = {}
+        for workspace_id in sorted(per_workspace):
+            count = per_workspace[workspace_id]
+            last = (
+                await self._db.execute(bump, {"workspace_id": workspace_id, "count": count})
+            ).scalar_one()
+            result[workspace_id] = AppendedRun(previous_seq=int(last) - count, ids=[])
+            next_seq[workspace_id] = int(last) - count + 1
+        parameters = []
+        for row in rows:
+            seq = next_seq[row.workspace_id]
+            next_seq[row.workspace_id] = seq + 1
+            parameters.append(
+                {
+                    "workspace_id": row.workspace_id,
+                    "workspace_seq": seq,
+                    "session_id": row.session_id,
+                    "event_type": row.event_type,
+                    "payload": row.payload,
+                    "created_at_unix_ms": row.created_at_unix_ms,
+                }
             )
-        ).scalars()
+        # SQLAlchemy returns the ids in the order of the parameter rows
+        # (``sort_by_parameter_order``), so row i gets the i-th id.
+        new_ids = (await self._db.execute(_INSERT_EVENTS, parameters)).scalars()
         for row, new_id in zip(rows, new_ids, strict=True):
-            result[row.workspace_id][1].append(int(new_id))
+            result[row.workspace_id].ids.append(int(new_id))
         return result
 
     async def bounds(self, workspace_id: str) -> LogBounds:
         """The workspace head (0 when empty), the log head and the workspace's retention bound."""
-        workspace_head = (
+        head = (
             await self._db.execute(
-                select(func.max(ActivityEvent.id)).where(ActivityEvent.workspace_id == workspace_id)
+                select(ActivityEvent.id, ActivityEvent.workspace_seq)
+                .where(ActivityEvent.workspace_id == workspace_id)
+                .order_by(ActivityEvent.id.desc())
+                .limit(1)
             )
-        ).scalar_one_or_none()
+        ).first()
         global_head = (await self._db.execute(select(func.max(ActivityEvent.id)))).scalar_one()
         return LogBounds(
-            workspace_head=int(workspace_head or 0),
+            workspace_head=0 if head is None else int(head[0]),
+            workspace_head_seq=0 if head is None else int(head[1]),
             global_head=int(global_head or 0),
             oldest_retained=await self.pruned_through(workspace_id) + 1,
         )
+
+    async def heads(self, workspace_ids: Sequence[str]) -> dict[str, int]:
+        """The last committed ``workspace_seq`` of each of ``workspace_ids`` that has events.
+
+        One primary-key lookup per workspace in one statement: how a replica learns, cheaply,
+        that another process committed events (``services.host.activity.log_follower``).
+        """
+        if not workspace_ids:
+            return {}
+        rows = await self._db.execute(
+            select(_HEADS_TABLE.c.workspace_id, _HEADS_TABLE.c.last_seq).where(
+                _HEADS_TABLE.c.workspace_id.in_(list(workspace_ids))
+            )
+        )
+        return {str(workspace_id): int(last) for workspace_id, last in rows}
+
+    async def after_seq(
+        self, workspace_id: str, after_seq: int, *, up_to: int | None, limit: int
+    ) -> list[StoredEvent]:
+        """Up to ``limit`` events with ``after_seq < workspace_seq <= up_to``, in order."""
+        query = select(ActivityEvent).where(
+            ActivityEvent.workspace_id == workspace_id, ActivityEvent.workspace_seq > after_seq
+        )
+        if up_to is not None:
+            query = query.where(ActivityEvent.workspace_seq <= up_to)
+        query = query.order_by(ActivityEvent.workspace_seq).limit(limit)
+        return [_stored(row) for row in (await self._db.execute(query)).scalars()]
+
+    async def pruned_through_seq(self, workspace_id: str) -> int:
+        """The highest ``workspace_seq`` the pruner deleted from the workspace (0 when none)."""
+        pruned = (
+            await self._db.execute(
+                select(_Retention.pruned_through_seq).where(_Retention.workspace_id == workspace_id)
+            )
+        ).scalar_one_or_none()
+        return int(pruned or 0)
 
     async def pruned_through(self, workspace_id: str) -> int:
         """The highest event id the pruner deleted from the workspace (0 when none)."""
@@ -226,11 +303,11 @@ class EventLogRepository:
         the cutoff that is not its newest event; by count, everything below its newest
         ``keep_newest``. One workspace's traffic never shortens another's feed.
 
-        Set-based: counting the events appended since the last prune, finding the age bound
-        and deleting are one statement each (per 5,000 workspaces), whatever the number of
-        workspaces; only a workspace over the count bound costs one more statement, an index
-        walk over exactly the events it loses. Pruners are serialized (an advisory lock on
-        Postgres, the write lock on SQLite), since the counts are incremental.
+        Set-based: the age bounds, the count bounds (``last_seq - pruned_through_seq`` is the
+        number a workspace retains; the last event it loses is one index probe), the
+        bookkeeping and the delete are one statement each (per 5,000 workspaces), whatever the
+        number of workspaces. Pruners are serialized (an advisory lock on Postgres, the write
+        lock on SQLite), so two never record bounds over each other.
 
         Returns:
             How many rows were deleted.
@@ -242,86 +319,87 @@ class EventLogRepository:
         head = (await db.execute(select(func.max(ActivityEvent.id)))).scalar_one_or_none()
         if head is None:
             return 0
-        counted = (
-            await db.execute(select(func.max(_Retention.counted_through_event_id)))
-        ).scalar_one_or_none()
-        if int(head) > int(counted or 0):
-            await db.execute(_count_appended(postgres, int(counted or 0), int(head)))
         through = await self._age_bounds(older_than_unix_ms, int(head))
         keep = max(1, keep_newest)
-        over = (
-            await db.execute(
-                select(_Retention.workspace_id, _Retention.retained_count).where(
-                    _Retention.retained_count > keep
-                )
+        # A workspace retains exactly its events above ``pruned_through_seq`` (the sequence is
+        # gap-free), so the ones over the count bound are found by one index probe each: the
+        # event numbered ``last_seq - keep`` is the last it loses. Appends that commit while
+        # this runs only make the bound conservative.
+        pruned_seq = func.coalesce(_RETENTION_TABLE.c.pruned_through_seq, 0)
+        over = await db.execute(
+            select(ActivityEvent.workspace_id, ActivityEvent.id, ActivityEvent.workspace_seq)
+            .select_from(_HEADS_TABLE)
+            .outerjoin(
+                _RETENTION_TABLE,
+                _RETENTION_TABLE.c.workspace_id == _HEADS_TABLE.c.workspace_id,
             )
-        ).all()
-        for workspace_id, retained in over:
-            # The last event this workspace loses: a walk over exactly the events to delete.
-            last = (
-                await db.execute(
-                    select(ActivityEvent.id)
-                    .where(ActivityEvent.workspace_id == workspace_id)
-                    .order_by(ActivityEvent.id)
-                    .offset(int(retained) - keep - 1)
-                    .limit(1)
-                )
-            ).scalar_one_or_none()
-            if last is not None:
-                through[str(workspace_id)] = max(through.get(str(workspace_id), 0), int(last))
+            .join(
+                ActivityEvent,
+                and_(
+                    ActivityEvent.workspace_id == _HEADS_TABLE.c.workspace_id,
+                    ActivityEvent.workspace_seq == _HEADS_TABLE.c.last_seq - keep,
+                ),
+            )
+            .where(_HEADS_TABLE.c.last_seq - pruned_seq > keep)
+        )
+        for workspace_id, last_id, last_seq in over:
+            known = through.get(str(workspace_id))
+            if known is None or known[0] < int(last_id):
+                through[str(workspace_id)] = (int(last_id), int(last_seq))
         deleted = 0
-        ordered = sorted(through.items())
+        ordered = [(ws, bound[0], bound[1]) for ws, bound in sorted(through.items())]
         for start in range(0, len(ordered), _WORKSPACE_BATCH):
             deleted += await self._delete_through(
                 postgres, ordered[start : start + _WORKSPACE_BATCH]
             )
         return deleted
 
-    async def _age_bounds(self, older_than_unix_ms: int, head: int) -> dict[str, int]:
+    async def _age_bounds(self, older_than_unix_ms: int, head: int) -> dict[str, tuple[int, int]]:
         """Per workspace, its newest event created before the cutoff that is not its newest.
 
         Reads the events older than the cutoff through ``ix_activity_events_created_at_unix_ms``
-        and probes ``(workspace_id, id)`` for a newer event of the same workspace.
+        and probes ``(workspace_id, id)`` for a newer event of the same workspace. Returns
+        ``(id, workspace_seq)`` of that event (both grow together within a workspace).
         """
         # Materialized, so SQLite reads the old events through the created_at index instead of
         # walking (workspace_id, id) for the GROUP BY order.
         old = (
-            select(ActivityEvent.workspace_id, ActivityEvent.id)
+            select(ActivityEvent.workspace_id, ActivityEvent.id, ActivityEvent.workspace_seq)
             .where(ActivityEvent.created_at_unix_ms < older_than_unix_ms, ActivityEvent.id <= head)
             .cte("old_events")
             .prefix_with("MATERIALIZED")
         )
         newer = aliased(ActivityEvent)
         rows = await self._db.execute(
-            select(old.c.workspace_id, func.max(old.c.id))
+            select(old.c.workspace_id, func.max(old.c.id), func.max(old.c.workspace_seq))
             .where(exists().where(newer.workspace_id == old.c.workspace_id, newer.id > old.c.id))
             .group_by(old.c.workspace_id)
         )
-        return {str(workspace_id): int(last) for workspace_id, last in rows}
+        return {str(workspace_id): (int(last), int(seq)) for workspace_id, last, seq in rows}
 
-    async def _delete_through(self, postgres: bool, bounds: Sequence[tuple[str, int]]) -> int:
-        """Delete each workspace's events up to its bound; record the bound and the new count.
+    async def _delete_through(self, postgres: bool, bounds: Sequence[tuple[str, int, int]]) -> int:
+        """Delete each workspace's events up to its bound and record the bound.
 
-        Two statements whatever the number of workspaces: the bookkeeping ``UPDATE ... FROM``
-        (each workspace's lost events counted through ``(workspace_id, id)``), then the
-        ``DELETE``. The bounds travel as one parameter, so the statements are compiled once.
+        Two statements whatever the number of workspaces: the bookkeeping upsert
+        (``pruned_through_event_id`` and ``pruned_through_seq``), then the ``DELETE``. The
+        bounds travel as one parameter, so the statements are compiled once.
         """
         limits = _limits(postgres, bounds)
-        lost = (
-            select(func.count())
-            .select_from(ActivityEvent)
-            .where(
-                ActivityEvent.workspace_id == _RETENTION_TABLE.c.workspace_id,
-                ActivityEvent.id <= limits.c.through_id,
-            )
-            .scalar_subquery()
+        insert_into = postgresql.insert if postgres else sqlite.insert
+        record = insert_into(_RETENTION_TABLE).from_select(
+            ["workspace_id", "pruned_through_event_id", "pruned_through_seq"],
+            # ``WHERE true``: SQLite needs it to parse ``INSERT ... SELECT ... ON CONFLICT``.
+            select(limits.c.workspace_id, limits.c.through_id, limits.c.through_seq).where(
+                literal(True)
+            ),
         )
         await self._db.execute(
-            update(_RETENTION_TABLE)
-            .where(_RETENTION_TABLE.c.workspace_id == limits.c.workspace_id)
-            .values(
-                retained_count=_RETENTION_TABLE.c.retained_count - lost,
-                pruned_through_event_id=limits.c.through_id,
+            record.on_conflict_do_update(
+                index_elements=[_RETENTION_TABLE.c.workspace_id],
+                set_={
+                    "pruned_through_event_id": record.excluded.pruned_through_event_id,
+                    "pruned_through_seq": record.excluded.pruned_through_seq,
+                },
             )
         )
         if postgres:
@@ -347,57 +425,35 @@ class EventLogRepository:
         return int(getattr(result, "rowcount", 0) or 0)
 
 
-def _limits(postgres: bool, bounds: Sequence[tuple[str, int]]) -> Any:
-    """``(workspace_id, through_id)`` rows from one parameter (a statement compiled once).
+def _limits(postgres: bool, bounds: Sequence[tuple[str, int, int]]) -> Any:
+    """``(workspace_id, through_id, through_seq)`` rows from one parameter (compiled once).
 
-    Postgres: ``unnest`` of a ``text[]`` and a ``bigint[]``; SQLite: ``json_each`` of a JSON
-    array of pairs.
+    Postgres: ``unnest`` of a ``text[]`` and two ``bigint[]``; SQLite: ``json_each`` of a JSON
+    array of triples.
     """
     if postgres:
         return (
             func.unnest(
-                literal([ws for ws, _ in bounds], postgresql.ARRAY(Text())),
-                literal([through for _, through in bounds], postgresql.ARRAY(BigInteger())),
+                literal([ws for ws, _, _ in bounds], postgresql.ARRAY(Text())),
+                literal([through for _, through, _ in bounds], postgresql.ARRAY(BigInteger())),
+                literal([seq for _, _, seq in bounds], postgresql.ARRAY(BigInteger())),
             )
-            .table_valued(column("workspace_id", Text()), column("through_id", BigInteger()))
+            .table_valued(
+                column("workspace_id", Text()),
+                column("through_id", BigInteger()),
+                column("through_seq", BigInteger()),
+            )
             .render_derived(name="limits")
         )
-    pairs = func.json_each(
-        literal(json.dumps([list(pair) for pair in bounds]), Text())
+    triples = func.json_each(
+        literal(json.dumps([list(triple) for triple in bounds]), Text())
     ).table_valued("value")
     return (
         select(
-            func.json_extract(pairs.c.value, "$[0]").label("workspace_id"),
-            func.json_extract(pairs.c.value, "$[1]").label("through_id"),
+            func.json_extract(triples.c.value, "$[0]").label("workspace_id"),
+            func.json_extract(triples.c.value, "$[1]").label("through_id"),
+            func.json_extract(triples.c.value, "$[2]").label("through_seq"),
         )
-        .select_from(pairs)
+        .select_from(triples)
         .subquery("limits")  # not a CTE: sqlite3 reports no rowcount for a statement with WITH
-    )
-
-
-def _count_appended(postgres: bool, after_id: int, through_id: int) -> Executable:
-    """Add the events with ``after_id < id <= through_id`` to their workspaces' counts.
-
-    One ``INSERT ... SELECT ... GROUP BY ... ON CONFLICT DO UPDATE`` over the id range (the
-    primary key). Appends commit in id order (:data:`EVENT_APPEND_LOCK`), so no event with an
-    id up to ``through_id`` can commit after this statement saw ``through_id``.
-    """
-    insert_into = postgresql.insert if postgres else sqlite.insert
-    statement = insert_into(_Retention).from_select(
-        ["workspace_id", "pruned_through_event_id", "counted_through_event_id", "retained_count"],
-        select(
-            ActivityEvent.workspace_id,
-            literal(0, BigInteger()),
-            literal(through_id, BigInteger()),
-            func.count(),
-        )
-        .where(ActivityEvent.id > after_id, ActivityEvent.id <= through_id)
-        .group_by(ActivityEvent.workspace_id),
-    )
-    return statement.on_conflict_do_update(
-        index_elements=[_Retention.workspace_id],
-        set_={
-            "retained_count": _Retention.retained_count + statement.excluded.retained_count,
-            "counted_through_event_id": statement.excluded.counted_through_event_id,
-        },
     )

@@ -68,7 +68,8 @@ class LinkedRuntimeSettings:
         ctx = self._ctx
 
         async def enqueue(repos: HostTransaction) -> _Sent | RuntimeSettingsStatus:
-            session = await repos.session_rows.get(workspace_id, session_id)
+            # Locked: commands of one Session are enqueued in commit order on every replica.
+            session = await repos.session_rows.lock_with_root(workspace_id, session_id)
             link = (
                 ctx.runtimes.link_for(workspace_id, session.agent_target_id, session.provider)
                 if session is not None

@@ -2,7 +2,10 @@
 
 Every command that mutates one Session runs inside that Session's mutation lane
 (``ctx.lanes.hold``), commits in one transaction, and answers with the Session read back
-from the store after the commit, so a response is always persisted truth.
+from the store after the commit, so a response is always persisted truth. The lane is
+per process; inside the transaction each command also locks the Session row (root first,
+``lock_with_root``), so its read-check-write cannot interleave with the same command on
+another Host replica (SCALE-1, ADR 0037).
 
 ``CreateSession`` with ``initial_input`` is atomic: the Session row and the first Turn
 (written by ``submission.persist_submission``, the durable submit path of ``SendInput``)
@@ -421,6 +424,7 @@ async def rename_session(
         raise InvalidArgument(violation.description, field_violations=[violation])
 
     async def command(repos: HostTransaction) -> None:
+        await repos.session_rows.lock_with_root(workspace_id, session_id)
         require_live(await repos.sessions.get(workspace_id, session_id), workspace_id, session_id)
         await repos.sessions.set_title(workspace_id, session_id, title.strip())
 
@@ -440,6 +444,7 @@ async def set_session_pinned(
     validate_session_id(session_id)
 
     async def command(repos: HostTransaction) -> None:
+        await repos.session_rows.lock_with_root(workspace_id, session_id)
         session = require_live(
             await repos.sessions.get(workspace_id, session_id), workspace_id, session_id
         )
@@ -483,6 +488,8 @@ async def update_session_settings(
     validate_session_id(session_id)
 
     async def command(repos: HostTransaction) -> None:
+        # The row lock orders this read-merge-write after any other replica's (SCALE-1).
+        await repos.session_rows.lock_with_root(workspace_id, session_id)
         session = require_live(
             await repos.sessions.get(workspace_id, session_id), workspace_id, session_id
         )

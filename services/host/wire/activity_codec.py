@@ -97,6 +97,7 @@ def stored_to_proto(stored: StoredEvent) -> activity_pb2.ActivityEvent:
     """A stored row as the event ``WatchActivity`` streams (``event_id`` = row id)."""
     message = activity_pb2.ActivityEvent.FromString(stored.payload)
     message.event_id = checked_cursor(stored.event_id, field="event_id")
+    message.workspace_sequence = stored.workspace_seq
     if message.WhichOneof("event") == "message_update":
         # CON-4 on the way out too: rows written before encode checked this field.
         checked_cursor(

@@ -62,12 +62,14 @@ def _response(item: WatchItem) -> host_pb2.WatchActivityResponse:
                 oldest_retained_event_id=checked_cursor(
                     item.oldest_retained_event_id, field="oldest_retained_event_id"
                 ),
+                head_workspace_sequence=item.head_workspace_seq,
             )
         )
     if isinstance(item, WatchDelta):
         response = host_pb2.WatchActivityResponse()
         event = response.event
         event.event_id = item.after_event_id
+        event.workspace_sequence = item.after_workspace_seq
         event.workspace_id = item.delta.workspace_id
         event.occurred_at_unix_ms = item.received_at_unix_ms
         fill_delta(event.message_delta.delta, item.delta)
