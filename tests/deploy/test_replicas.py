@@ -34,6 +34,9 @@ pytestmark = pytest.mark.spec("SCALE-7")
 Document = dict[str, Any]
 
 REPLICATED = ("host", "livestream")
+"""Rolled surge first with the drain behind preStop, on the bus."""
+MULTI_REPLICA = ("livestream",)
+"""Two or more replicas behind a PDB. host joins when SCALE-2 and SCALE-3 land (ADR 0006)."""
 NATS_MEMBERS = 3
 NATS_CLIENT_PORT = 4222
 NATS_CLUSTER_PORT = 6222
@@ -98,11 +101,11 @@ def test_scale_out_documents_pass_the_strict_schema(version: str) -> None:
             doc["kind"] in SCALE_KINDS and doc["metadata"]["name"].startswith(("nats", "tutti-bus"))
         )
         or doc["metadata"]["name"].endswith("-headless")
-        or (doc["kind"] == "PodDisruptionBudget" and doc["metadata"]["name"] in REPLICATED)
+        or (doc["kind"] == "PodDisruptionBudget" and doc["metadata"]["name"] in MULTI_REPLICA)
     ]
     names = {(doc["kind"], doc["metadata"]["name"]) for doc in chosen}
     assert {("StatefulSet", "nats"), ("NetworkPolicy", "nats"), ("ConfigMap", "tutti-bus")} <= names
-    assert {("PodDisruptionBudget", name) for name in (*REPLICATED, "nats")} <= names
+    assert {("PodDisruptionBudget", name) for name in (*MULTI_REPLICA, "nats")} <= names
     for doc in chosen:
         validate(doc, version, strict=True)
 
@@ -112,9 +115,9 @@ def test_scale_out_documents_pass_the_strict_schema(version: str) -> None:
 
 @pytest.mark.parametrize("service", REPLICATED)
 def test_replicated_services_roll_without_losing_capacity(service: str) -> None:
-    """Two or more replicas; a rollout surges first, never takes one away, waits minReady."""
+    """Two or more replicas (host: one for now); a rollout surges first, waits minReady."""
     deployment = of_kind(production(), "Deployment")[service]["spec"]
-    assert deployment["replicas"] >= 2
+    assert deployment["replicas"] >= (2 if service in MULTI_REPLICA else 1)
     assert deployment["strategy"]["type"] == "RollingUpdate"
     rolling = deployment["strategy"]["rollingUpdate"]
     assert rolling["maxUnavailable"] == 0
@@ -122,7 +125,14 @@ def test_replicated_services_roll_without_losing_capacity(service: str) -> None:
     assert deployment["minReadySeconds"] > 0
 
 
-@pytest.mark.parametrize("service", REPLICATED)
+def test_host_runs_one_replica_without_a_budget_until_any_replica_reaches_its_runtime() -> None:
+    """host stays at one pod (and so without a PDB) until SCALE-2 and SCALE-3 land."""
+    docs = production()
+    assert of_kind(docs, "Deployment")["host"]["spec"]["replicas"] == 1
+    assert "host" not in of_kind(docs, "PodDisruptionBudget")
+
+
+@pytest.mark.parametrize("service", MULTI_REPLICA)
 def test_replicated_services_have_budgets_that_select_their_pods(service: str) -> None:
     """A PDB keeps at least one pod through voluntary disruptions and selects exactly them."""
     docs = production()
@@ -180,7 +190,8 @@ def test_dialed_services_are_balanced_over_headless_services() -> None:
             for deployment in deployments.values()
             if deployment["spec"]["selector"]["matchLabels"] == service["selector"]
         )
-        assert target["spec"]["replicas"] >= 2, name
+        minimum = 1 if target["metadata"]["name"] == "host" else 2  # host: one for now
+        assert target["spec"]["replicas"] >= minimum, name
         assert {entry["port"] for entry in service["ports"]} == {int(port)}
         assert int(port) == SERVICES[target["metadata"]["name"]]
 
