@@ -107,6 +107,13 @@ class WriteConnection:
         cursor = self._connection.execute(compiled.sql, compiled.bind(params))
         return int(cursor.rowcount)
 
+    def returned(
+        self, statement: WriteStatement, params: Mapping[str, Any] | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Run a write statement with ``RETURNING``; its rows as plain tuples."""
+        compiled = statement.compiled(self.backend)
+        return [tuple(row) for row in self._connection.execute(compiled.sql, compiled.bind(params))]
+
 
 class _LostConnection(Exception):
     """Internal: the driver connection broke; carries the refusal to raise."""
