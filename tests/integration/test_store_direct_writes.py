@@ -117,6 +117,7 @@ def test_a_direct_write_waits_for_the_writer_ahead_of_it(
 
     def rename(conn: WriteConnection) -> None:
         row = conn.first(_LOCK, {"sid": "s-1"})
+        assert row is not None
         seen.append(row.title)
         conn.execute(_RENAME, {"sid": "s-1", "new_title": f"{row.title} + direct"})
 
@@ -254,13 +255,13 @@ def test_an_acknowledgement_settles_its_row_by_the_outbox_rules(
         ("c-unknown", "accepted", None),
     ]
 
+    def acknowledge(
+        command_id: str, status: str, detail: str | None
+    ) -> Callable[[WriteConnection], command_acks.AckOutcome]:
+        return lambda conn: command_acks.record_ack(conn, command_id, status, detail, 50)
+
     async def body(writes: DirectWrites) -> list[command_acks.AckOutcome]:
-        return [
-            await writes.run(
-                lambda conn, ack=ack: command_acks.record_ack(conn, ack[0], ack[1], ack[2], 50)
-            )
-            for ack in acks
-        ]
+        return [await writes.run(acknowledge(*ack)) for ack in acks]
 
     outcomes = _with_writes(migrated_db_url, body)
     assert [(o.found, o.state, o.error) for o in outcomes] == [
