@@ -50,6 +50,7 @@ from domainerrors import Unavailable
 from store.contention import RETRY_AFTER_SECONDS, retryable_error
 from store.direct_reads import PG_CONNECT_TIMEOUT_SECONDS, CompiledSql, ReadQuery
 from store.engine import DEFAULT_SQLITE_BUSY_TIMEOUT_MS, backend_name, sqlite_write_slot
+from store.write_queue import SqliteWriteSlotTimeout
 
 __all__ = [
     "DEFAULT_WRITE_CONNECTIONS",
@@ -269,6 +270,12 @@ class DirectWrites:
                 return await _to_its_end(done)
         except _LostConnection as lost:
             raise lost.refusal from lost.__cause__
+        except SqliteWriteSlotTimeout as exc:
+            # The write line did not admit it: the same refusal TransactionRunner gives.
+            refusal = retryable_error(exc)
+            if refusal is None:
+                raise
+            raise refusal from exc
         finally:
             pool.put_nowait(writer)
 

@@ -177,6 +177,37 @@ def test_a_locked_sqlite_file_is_refused_typed_and_nothing_is_written(
     assert _titles(sync_engine) == {"s-1": "title s-1"}
 
 
+@pytest.mark.spec("CON-5")
+def test_a_write_the_sqlite_line_does_not_admit_is_refused_typed(
+    migrated_db_url: str, sync_engine: Engine, backend: str
+) -> None:
+    if backend != "sqlite":
+        pytest.skip("the write line is SQLite's")
+    _add_session(sync_engine, "s-1")
+
+    async def run() -> BaseException | None:
+        engine = create_async_engine_for(migrated_db_url, sqlite_write_queue_seconds=0.05)
+        writes = DirectWrites(migrated_db_url, engine)
+        queue = sqlite_write_queue(engine)
+        assert queue is not None
+        try:
+            async with queue.exclusive():  # a writer that holds the line past the wait
+                await writes.run(
+                    lambda conn: conn.execute(_RENAME, {"sid": "s-1", "new_title": "x"})
+                )
+        except Exception as exc:  # noqa: BLE001 - the test inspects what was raised
+            return exc
+        finally:
+            await writes.close()
+            await engine.dispose()
+        return None
+
+    refused = asyncio.run(run())
+    assert isinstance(refused, Unavailable), refused
+    assert refused.reason == "STORE_BUSY"
+    assert _titles(sync_engine) == {"s-1": "title s-1"}
+
+
 def test_a_cancelled_caller_waits_for_its_transaction_to_end(
     migrated_db_url: str, sync_engine: Engine
 ) -> None:
