@@ -295,13 +295,13 @@ def test_an_acknowledgement_settles_its_row_by_the_outbox_rules(
         return [await writes.run(acknowledge(*ack)) for ack in acks]
 
     outcomes = _with_writes(migrated_db_url, body)
-    assert [(o.found, o.state, o.error) for o in outcomes] == [
-        (True, "completed", None),
-        (True, "pending", "provider down"),
-        (True, "failed", "rejected"),
-        (True, "failed", "not on this plan"),
-        (True, "completed", None),  # already acknowledged: ignored
-        (False, None, None),
+    assert [(o.found, o.applied, o.state, o.error) for o in outcomes] == [
+        (True, True, "completed", None),
+        (True, True, "pending", "provider down"),
+        (True, True, "failed", "rejected"),
+        (True, True, "failed", "not on this plan"),
+        (True, False, "completed", None),  # already acknowledged: ignored
+        (False, False, None, None),
     ]
     assert _commands(sync_engine) == {
         # Back to pending for the next dispatch; a rejected awaited command stays for its

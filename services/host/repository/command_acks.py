@@ -102,6 +102,8 @@ class AckOutcome:
     Attributes:
         found: the row existed (``False``: an acknowledgement of an unknown or deleted
             command, ignored).
+        applied: the acknowledgement changed the row (``False`` when it was acknowledged
+            already, or unknown).
         state: the row's state after the acknowledgement (its old one when it was
             acknowledged already, and the acknowledgement was ignored).
         error: the row's ``last_error`` after it.
@@ -109,6 +111,7 @@ class AckOutcome:
     """
 
     found: bool
+    applied: bool = False
     state: str | None = None
     error: str | None = None
     pruned: int = 0
@@ -149,7 +152,7 @@ def record_ack(
         conn.execute(
             _SET_COMMAND, {"row_id": row.id, "new_state": state, "new_error": error, "now": now}
         )
-        return AckOutcome(found=True, state=state, error=error)
+        return AckOutcome(found=True, applied=True, state=state, error=error)
     # A rejected awaited command stays until its waiter settled it (withdraw_awaited): the row
     # left behind is how the waiter tells a rejection from an acceptance it missed.
     kept = row.command_kind in AWAITED_COMMAND_KINDS and state == "failed"
@@ -160,4 +163,4 @@ def record_ack(
             _SET_COMMAND, {"row_id": row.id, "new_state": state, "new_error": error, "now": now}
         )
     pruned = conn.execute(_PRUNE_SETTLED)
-    return AckOutcome(found=True, state=state, error=error, pruned=pruned)
+    return AckOutcome(found=True, applied=True, state=state, error=error, pruned=pruned)

@@ -342,7 +342,7 @@ async def record_ack(ctx: HostContext, ack: CommandAck) -> None:
     )
     if not outcome.found:
         _log.info("acknowledgement for unknown command %s", ack.command_id)
-    elif ack.status == "rejected" and outcome.state == "failed":
+    elif outcome.applied and outcome.state == "failed":
         _log.info("runtime rejected command %s: %s", ack.command_id, outcome.error)
 
 
