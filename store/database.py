@@ -12,6 +12,7 @@ import asyncio
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from store.direct_reads import DirectReads
+from store.direct_writes import DirectWrites
 from store.engine import DEFAULT_SQLITE_WRITE_QUEUE_SECONDS, create_async_engine_for
 from store.migrate import current, head
 from store.transactions import finish_abandoned
@@ -38,6 +39,7 @@ class Database:
         self.sqlite_synchronous = sqlite_synchronous
         self._engine: AsyncEngine | None = None
         self._reads: DirectReads | None = None
+        self._writes: DirectWrites | None = None
 
     @property
     def reads(self) -> DirectReads:
@@ -45,6 +47,13 @@ class Database:
         if self._reads is None:
             raise RuntimeError("database not started")
         return self._reads
+
+    @property
+    def writes(self) -> DirectWrites:
+        """The direct write connections (``store.direct_writes``); valid like :attr:`engine`."""
+        if self._writes is None:
+            raise RuntimeError("database not started")
+        return self._writes
 
     @property
     def engine(self) -> AsyncEngine:
@@ -73,12 +82,18 @@ class Database:
             sqlite_synchronous=self.sqlite_synchronous,
         )
         self._reads = DirectReads(self.url)
+        self._writes = DirectWrites(
+            self.url, self._engine, sqlite_synchronous=self.sqlite_synchronous
+        )
 
     async def stop(self) -> None:
         """Let reads and commands of cancelled callers end, then close every connection."""
         if self._reads is not None:
             await self._reads.close()
             self._reads = None
+        if self._writes is not None:
+            await self._writes.close()
+            self._writes = None
         if self._engine is not None:
             await finish_abandoned(self._engine)
             await self._engine.dispose()

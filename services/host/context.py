@@ -18,6 +18,7 @@ from services.host.runtime.settings_port import DetachedRuntimeSettings, Runtime
 from services.host.turns.workspace_index import WorkspaceIndexFactory, local_workspace_index
 from store.database import Database
 from store.direct_reads import ReadConnection
+from store.direct_writes import WriteConnection
 
 ResultT = TypeVar("ResultT")
 
@@ -88,6 +89,17 @@ class HostContext:
         (``services.host.repository.unit_of_work.run``).
         """
         return await unit_of_work.run(self.database, command, write=write, outbox=self.activity.log)
+
+    async def write(self, write: Callable[[WriteConnection], ResultT]) -> ResultT:
+        """Run a synchronous write transaction that changes no activity, in one thread hop.
+
+        For small, hot transactions whose rows are not in the activity feed (a command's
+        acknowledgement, ``repository.command_acks``): ``write`` runs on a store writer
+        thread (``store.direct_writes``) in the process's SQLite write line, and commits. A
+        transaction that changes Sessions, Turns, Messages or Interactions goes through
+        :meth:`transact`, whose activity outbox appends their events.
+        """
+        return await self.database.writes.run(write)
 
     async def read(
         self, read: Callable[[ReadConnection], ResultT], *, one_statement: bool = False

@@ -6,12 +6,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from sqlalchemy import and_, bindparam, delete, insert, select
+from sqlalchemy import bindparam, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from services.host.repository.changes import apply_fields
 from services.host.repository.row_views import CommandRow
-from store.models import InteractionResponseOperation, RuntimeCommandOutbox
+from store.models import RuntimeCommandOutbox
 
 UNACKNOWLEDGED = ("pending", "dispatched")
 ACKNOWLEDGED = ("completed", "failed")
@@ -28,31 +28,6 @@ PRUNE_BATCH: Final = 16
 cleanup stays a bounded amount of work under the write lock."""
 
 _Outbox = RuntimeCommandOutbox
-_Operation = InteractionResponseOperation
-
-# Built once: acknowledged deliveries (accepted or rejected) whose response operation has
-# completed. Such a row outlives its acknowledgement only while its operation is open (see
-# ``services.host.turns.command_outbox.record_ack``). Rows without an operation are not read
-# (``failed`` ones include the commands of deleted Sessions, which stay until the purge), nor
-# awaited commands (``AWAITED_COMMAND_KINDS``), which their waiter settles.
-_SETTLED_OPERATION_ROWS: Final = (
-    select(_Outbox.id)
-    .join(
-        _Operation,
-        and_(
-            _Operation.workspace_id == _Outbox.workspace_id,
-            _Operation.operation_id == _Outbox.operation_id,
-        ),
-    )
-    .where(
-        _Outbox.state.in_(ACKNOWLEDGED),
-        _Outbox.operation_id.is_not(None),
-        _Outbox.command_kind.not_in(AWAITED_COMMAND_KINDS),
-        _Operation.state == "completed",
-    )
-    .limit(PRUNE_BATCH)
-)
-
 
 # Built once (compiled-statement cache): the dispatch of every command and every
 # acknowledgement run these.
@@ -160,21 +135,6 @@ class RuntimeCommandRepository:
     async def delete(self, row: CommandRow) -> None:
         """Delete an acknowledged row (the outbox keeps open work only)."""
         await self._db.delete(row)
-
-    async def prune_settled_operations(self) -> int:
-        """Delete up to :data:`PRUNE_BATCH` acknowledged deliveries of completed operations.
-
-        Returns:
-            How many rows were deleted.
-        """
-        ids = list((await self._db.execute(_SETTLED_OPERATION_ROWS)).scalars())
-        if ids:
-            await self._db.execute(
-                delete(_Outbox)
-                .where(_Outbox.id.in_(ids))
-                .execution_options(synchronize_session=False)
-            )
-        return len(ids)
 
     async def get(self, workspace_id: str, command_id: str) -> CommandRow | None:
         """The command by id."""

@@ -245,11 +245,7 @@ async def _confirm_dead(repos: HostTransaction, session: SessionRow, now: int) -
 
 async def apply_ack(ctx: HostContext, handle: RuntimeLinkHandle, ack: CommandAck) -> None:
     """Record a command acknowledgement and wake whoever awaits it."""
-
-    async def run(repos: HostTransaction) -> None:
-        await command_outbox.record_ack(repos, ctx, ack)
-
-    await ctx.transact(run)
+    await command_outbox.record_ack(ctx, ack)
     handle.resolve_ack(ack)
 
 

@@ -18,11 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from services.host.context import HostContext
-from services.host.repository.command_rows import (
-    ACKNOWLEDGED,
-    AWAITED_COMMAND_KINDS,
-    SessionRoute,
-)
+from services.host.repository import command_acks
+from services.host.repository.command_rows import SessionRoute
 from services.host.repository.row_views import CommandRow, SessionRow
 from services.host.repository.unit_of_work import HostTransaction
 from services.host.runtime.commands import RuntimeCommandValue
@@ -30,7 +27,7 @@ from services.host.runtime.registry import CommandAck, OutboundCommand, RuntimeL
 
 _log = logging.getLogger(__name__)
 
-DELIVER = "deliver_interaction_response"
+DELIVER = command_acks.DELIVER
 """Kind of the command that delivers a response operation's answer."""
 
 QUERY = "query_interaction_disposition"
@@ -316,8 +313,8 @@ async def _mark_dispatched(
     return _outbound(row)
 
 
-async def record_ack(repos: HostTransaction, ctx: HostContext, ack: CommandAck) -> None:
-    """Record a runtime's acknowledgement on its outbox row (in the open transaction).
+async def record_ack(ctx: HostContext, ack: CommandAck) -> None:
+    """Record a runtime's acknowledgement on its outbox row, in a transaction of its own.
 
     ``accepted`` completes the row; ``rejected`` (an explicit provider rejection) fails it
     for good; ``failed`` puts it back to ``pending`` so the next dispatch retries it.
@@ -330,39 +327,23 @@ async def record_ack(repos: HostTransaction, ctx: HostContext, ack: CommandAck) 
     (:func:`withdraw_awaited`). A repeated acknowledgement of a deleted row finds nothing and
     is ignored, exactly like one of a completed row. The row is read under its lock, so an
     acknowledgement and a withdrawal of the same command serialize.
+
+    The transaction is one direct write (``repository.command_acks``, ADR 0034): it changes
+    no activity, so it needs no activity outbox.
+
+    Raises:
+        domainerrors.Unavailable, domainerrors.Aborted: the store was busy or aborted the
+            transaction; nothing committed.
     """
-    row = await repos.commands.by_command_id(ack.command_id, lock=True)
-    if row is None:
-        _log.info("acknowledgement for unknown command %s", ack.command_id)
-        return
-    if row.state in ACKNOWLEDGED:
-        return
     now = ctx.clock()
-    if ack.status == "accepted":
-        repos.commands.update(row, state="completed", updated_at_unix_ms=now)
-    elif ack.status == "rejected":
-        error = ack.reason or ack.message or "rejected"
-        repos.commands.update(row, state="failed", last_error=error, updated_at_unix_ms=now)
-        _log.info("runtime rejected command %s: %s", row.command_id, row.last_error)
-    else:
-        error = ack.reason or ack.message or "failed"
-        repos.commands.update(row, state="pending", last_error=error, updated_at_unix_ms=now)
-    operation = None
-    if row.operation_id is not None and row.command_kind == DELIVER:
-        # Only a delivery moves its operation: an acknowledged disposition query says nothing
-        # about the answer, and a failed one keeps the operation resolving (HOST-INT-6).
-        operation = await repos.operations.get(row.workspace_id, row.operation_id)
-        if operation is not None and operation.state != "completed" and ack.status == "failed":
-            repos.operations.update(
-                operation, state="pending", last_error=row.last_error, updated_at_unix_ms=now
-            )
-    if row.state in ACKNOWLEDGED:
-        # A rejected awaited command stays until its waiter settled it (withdraw_awaited): the
-        # row left behind is how the waiter tells a rejection from an acceptance it missed.
-        kept = row.command_kind in AWAITED_COMMAND_KINDS and row.state == "failed"
-        if not kept and (operation is None or operation.state == "completed"):
-            await repos.commands.delete(row)
-        await repos.commands.prune_settled_operations()
+    detail = ack.reason or ack.message or None
+    outcome = await ctx.write(
+        lambda conn: command_acks.record_ack(conn, ack.command_id, ack.status, detail, now)
+    )
+    if not outcome.found:
+        _log.info("acknowledgement for unknown command %s", ack.command_id)
+    elif outcome.applied and outcome.state == "failed":
+        _log.info("runtime rejected command %s: %s", ack.command_id, outcome.error)
 
 
 @dataclass(frozen=True)

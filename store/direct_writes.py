@@ -1,0 +1,309 @@
+"""Small write transactions on the database driver itself, each in one hop to a writer thread.
+
+Through SQLAlchemy's asyncio ORM a write transaction costs one event-loop round trip to the
+driver per statement (``BEGIN``, each statement, ``COMMIT``) plus the unit of work's flush
+machinery; for a transaction of a few point statements that is most of its cost (py-spy on
+``SendInput new_turn``, ADR 0034). :class:`DirectWrites` runs a *synchronous* function of a
+:class:`WriteConnection` — its statements, its decisions between them and the commit — on a
+thread that owns a connection of the backend's own driver (``sqlite3``; psycopg 3's sync
+``Connection``), so the event loop pays one hop per transaction. It is the write-side twin of
+``store.direct_reads`` (ADR 0023) and shares its compiled statements (:class:`ReadQuery` for
+reads, :class:`WriteStatement` for ``INSERT``/``UPDATE``/``DELETE``).
+
+Semantics are those of ``TransactionRunner.run(write=True)``:
+
+- **SQLite**: the transaction waits in this process's write line (``sqlite_write_slot``: the
+  same first-come-first-served line every writer of the process waits in) and runs
+  ``BEGIN IMMEDIATE … COMMIT`` on one dedicated connection (``foreign_keys=ON``, the engine's
+  ``synchronous`` and busy timeout). It takes the writer alone: with group commit on (ADR 0025)
+  it does not share another group's commit, which only costs a commit of its own.
+- **Postgres**: one of a few connections at ``READ COMMITTED`` (the engine's isolation), each on
+  its own thread; row locks (``FOR UPDATE``) wait like the ORM's did.
+- A failed function rolls everything back; contention becomes ``Unavailable`` (``STORE_BUSY``)
+  or ``Aborted`` (``STORE_CONFLICT``) through ``store.contention``, a lost connection
+  ``Unavailable`` (the next transaction reconnects). Nothing is retried: the caller decides.
+- A caller cancelled while its transaction runs on the thread waits for it to end (commit or
+  rollback) before the cancellation reaches it, so the write line is never released while the
+  writer still holds SQLite's lock.
+
+Only for transactions that change no activity (no ``activity_events`` rows): the activity
+outbox runs in ``services.host.repository.unit_of_work.run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final, TypeVar
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.sql import Delete, Insert, Update
+
+from domainerrors import Unavailable
+from store.contention import RETRY_AFTER_SECONDS, retryable_error
+from store.direct_reads import PG_CONNECT_TIMEOUT_SECONDS, CompiledSql, ReadQuery
+from store.engine import DEFAULT_SQLITE_BUSY_TIMEOUT_MS, backend_name, sqlite_write_slot
+from store.write_queue import SqliteWriteSlotTimeout
+
+__all__ = [
+    "DEFAULT_WRITE_CONNECTIONS",
+    "DirectWrites",
+    "WriteConnection",
+    "WriteStatement",
+]
+
+DEFAULT_WRITE_CONNECTIONS: Final = 4
+"""Postgres connections (one thread each) a process keeps for direct writes; SQLite has one
+writer and so one connection."""
+
+CLOSE_TIMEOUT_SECONDS: Final = 5.0
+"""How long :meth:`DirectWrites.close` waits for a running transaction per connection."""
+
+ResultT = TypeVar("ResultT")
+
+
+class WriteStatement:
+    """A Core ``insert()``/``update()``/``delete()``, compiled once per backend on first use.
+
+    Like :class:`~store.direct_reads.ReadQuery`: named ``bindparam`` s, fixed arity (a
+    statement that would expand an ``IN`` list at execution is refused with ``ValueError``).
+    """
+
+    def __init__(self, statement: Insert | Update | Delete) -> None:
+        self.statement = statement
+        self._compiled: dict[str, CompiledSql] = {}
+
+    def compiled(self, backend: str) -> CompiledSql:
+        """The statement for ``backend`` (``"sqlite"`` or ``"postgresql"``)."""
+        found = self._compiled.get(backend)
+        if found is None:
+            # Compiling twice in a race yields the same SQL; the last one stays.
+            found = self._compiled[backend] = CompiledSql(self.statement, backend)
+        return found
+
+
+class WriteConnection:
+    """The statements of one write transaction, on the thread that owns the connection."""
+
+    def __init__(self, backend: str, connection: Any) -> None:
+        self.backend = backend
+        self._connection = connection
+
+    def first(self, query: ReadQuery, params: Mapping[str, Any] | None = None) -> Any | None:
+        """The first row of ``query`` (a named tuple) or ``None``; ``FOR UPDATE`` locks it."""
+        compiled = query.compiled(self.backend)
+        row = self._connection.execute(compiled.sql, compiled.bind(params)).fetchone()
+        return None if row is None else compiled.decode(row)
+
+    def execute(self, statement: WriteStatement, params: Mapping[str, Any] | None = None) -> int:
+        """Run a write statement; return the number of rows it changed."""
+        compiled = statement.compiled(self.backend)
+        cursor = self._connection.execute(compiled.sql, compiled.bind(params))
+        return int(cursor.rowcount)
+
+    def returned(
+        self, statement: WriteStatement, params: Mapping[str, Any] | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Run a write statement with ``RETURNING``; its rows as plain tuples."""
+        compiled = statement.compiled(self.backend)
+        return [tuple(row) for row in self._connection.execute(compiled.sql, compiled.bind(params))]
+
+
+class _LostConnection(Exception):
+    """Internal: the driver connection broke; carries the refusal to raise."""
+
+    def __init__(self, refusal: Unavailable) -> None:
+        super().__init__(str(refusal))
+        self.refusal = refusal
+
+
+class _Writer:
+    """One thread and the driver connection it alone uses (opened on first use)."""
+
+    def __init__(
+        self, index: int, backend: str, target: str, busy_timeout_ms: int, synchronous: str
+    ) -> None:
+        self.backend = backend
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"store-write-{index}")
+        self._target = target
+        self._busy_timeout_ms = busy_timeout_ms
+        self._synchronous = synchronous
+        self._connection: Any = None
+
+    def _connect(self) -> Any:
+        if self.backend == "sqlite":
+            connection = sqlite3.connect(self._target, isolation_level=None, check_same_thread=True)
+            try:
+                # The engine's connection settings (store.engine): every writer alike.
+                connection.execute("PRAGMA journal_mode=WAL")
+                connection.execute("PRAGMA foreign_keys=ON")
+                connection.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_ms)}")
+                connection.execute(f"PRAGMA synchronous={self._synchronous}")
+            except BaseException:
+                connection.close()
+                raise
+            return connection
+        target = self._target
+        if "connect_timeout" not in conninfo_to_dict(target):
+            target = make_conninfo(target, connect_timeout=PG_CONNECT_TIMEOUT_SECONDS)
+        # Autocommit, so ``transaction()`` sends exactly BEGIN … COMMIT; $n statements go
+        # through the raw cursor as they are (no placeholder parsing per call).
+        return psycopg.Connection.connect(target, autocommit=True, cursor_factory=psycopg.RawCursor)
+
+    def run(self, write: Callable[[WriteConnection], ResultT]) -> ResultT:
+        """Run ``write`` in one transaction on this thread's connection and commit it."""
+        try:
+            if self._connection is None:
+                self._connection = self._connect()
+            connection = self._connection
+            writer = WriteConnection(self.backend, connection)
+            if self.backend == "sqlite":
+                connection.execute("BEGIN IMMEDIATE")
+                try:
+                    result = write(writer)
+                    connection.execute("COMMIT")
+                finally:
+                    if connection.in_transaction:
+                        connection.execute("ROLLBACK")
+                return result
+            with connection.transaction():
+                return write(writer)
+        except (sqlite3.Error, psycopg.Error) as exc:
+            mapped = retryable_error(DBAPIError(None, None, exc))
+            if mapped is not None:
+                raise mapped from exc
+            if isinstance(exc, psycopg.OperationalError) or (
+                isinstance(exc, sqlite3.OperationalError) and self._broken(exc)
+            ):
+                self.close()
+                refusal = Unavailable(
+                    f"the store did not answer a write ({exc}); retry the call",
+                    reason="STORE_BUSY",
+                    retry_after_seconds=RETRY_AFTER_SECONDS,
+                )
+                raise _LostConnection(refusal) from exc
+            raise
+
+    @staticmethod
+    def _broken(exc: sqlite3.OperationalError) -> bool:
+        # SQLITE_IOERR, SQLITE_CANTOPEN: the file is there but not now.
+        return getattr(exc, "sqlite_errorcode", 0) & 0xFF in (10, 14)
+
+    def close(self) -> None:
+        """Close the connection (on this writer's thread)."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(sqlite3.Error, psycopg.Error):
+                connection.close()
+
+
+class DirectWrites:
+    """Driver connections on their own threads for small write transactions.
+
+    Args:
+        url: the store's database URL (any form ``store.engine`` accepts).
+        engine: the store's async engine; on SQLite its write line orders these writes with
+            every other writer of the process.
+        connections: Postgres connections (and threads); SQLite always uses one.
+        sqlite_busy_timeout_ms: SQLite lock wait (another process holding the write lock).
+        sqlite_synchronous: ``PRAGMA synchronous`` of the SQLite writer (the engine's).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        engine: AsyncEngine,
+        *,
+        connections: int = DEFAULT_WRITE_CONNECTIONS,
+        sqlite_busy_timeout_ms: int = DEFAULT_SQLITE_BUSY_TIMEOUT_MS,
+        sqlite_synchronous: str = "NORMAL",
+    ) -> None:
+        if connections < 1:
+            raise ValueError("direct writes need at least one connection")
+        self.backend = backend_name(url)
+        self._engine = engine
+        parsed = make_url(url)
+        if self.backend == "sqlite":
+            if not parsed.database or parsed.database == ":memory:":
+                raise ValueError("direct writes need a SQLite file, not an in-memory database")
+            target = parsed.database
+            connections = 1
+        else:
+            target = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+        self._writers = [
+            _Writer(index, self.backend, target, sqlite_busy_timeout_ms, sqlite_synchronous)
+            for index in range(connections)
+        ]
+        self._idle: asyncio.Queue[_Writer] | None = None
+
+    def _pool(self) -> asyncio.Queue[_Writer]:
+        if self._idle is None:
+            self._idle = asyncio.Queue()
+            for writer in self._writers:
+                self._idle.put_nowait(writer)
+        return self._idle
+
+    async def run(self, write: Callable[[WriteConnection], ResultT]) -> ResultT:
+        """Run ``write`` (synchronous) in one committed write transaction, one thread hop.
+
+        Raises:
+            domainerrors.Unavailable: ``STORE_BUSY`` (the write line or the store did not
+                admit the transaction in time, or the connection was lost); nothing committed
+                unless the loss came during the commit.
+            domainerrors.Aborted: ``STORE_CONFLICT``; nothing committed.
+            Exception: whatever ``write`` raised; nothing committed.
+        """
+        pool = self._pool()
+        writer = await pool.get()
+        try:
+            async with sqlite_write_slot(self._engine):
+                done = asyncio.get_running_loop().run_in_executor(
+                    writer.executor, writer.run, write
+                )
+                return await _to_its_end(done)
+        except _LostConnection as lost:
+            raise lost.refusal from lost.__cause__
+        except SqliteWriteSlotTimeout as exc:
+            # The write line did not admit it: the same refusal TransactionRunner gives.
+            refusal = retryable_error(exc)
+            if refusal is None:
+                raise
+            raise refusal from exc
+        finally:
+            pool.put_nowait(writer)
+
+    async def close(self) -> None:
+        """Wait (boundedly) for running transactions, then close every connection."""
+        loop = asyncio.get_running_loop()
+        for writer in self._writers:
+            closing = loop.run_in_executor(writer.executor, writer.close)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(closing, CLOSE_TIMEOUT_SECONDS)
+            writer.executor.shutdown(wait=False)
+
+
+async def _to_its_end(done: asyncio.Future[ResultT]) -> ResultT:
+    """Await a transaction on its thread; a cancellation waits for it to end first."""
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(done)
+            break
+        except asyncio.CancelledError:
+            if done.done():
+                raise
+            cancelled = True  # the thread still holds the transaction: let it finish
+        except BaseException:
+            if cancelled:
+                raise asyncio.CancelledError from None
+            raise
+    if cancelled:
+        raise asyncio.CancelledError
+    return result
