@@ -8,8 +8,8 @@ map and a loop hop; ``ListSessionSections`` does that for every section (ADR 003
 
 Here a page is one :class:`~store.read_unions.ReadUnion` of fixed-arity Core statements,
 compiled once per *shape* (which filters and whether a cursor are present) and run on a store
-read thread (``store.direct_reads``, ADR 0023): the page rows with each row's pending
-Interaction count as a correlated scalar subquery, the latest effective Turn of each page row
+read thread (``store.direct_reads``, ADR 0023): the page rows, the pending Interaction counts
+of the page rows' trees, the latest effective Turn of each page row
 (joined to the page through a scalar subquery on ``ix_turns_session_created``), and
 ``total_count`` from ``session_listing_counts`` (ADR 0024). On Postgres that is one statement
 and one round trip; on SQLite one statement per part in a deferred read transaction. The
@@ -48,6 +48,8 @@ __all__ = [
     "ListingPage",
     "RailRows",
     "deleted_page",
+    "explainable_deleted",
+    "explainable_page",
     "like_contains",
     "listing_page",
     "rail",
@@ -219,11 +221,11 @@ def _page_read(shape: _PageShape) -> ReadUnion:
         .limit(bindparam("limit", type_=Integer))
         .subquery("page")
     )
-    # Actionable pending Interactions of each page row's live tree, per row: one index
-    # probe of ix_sessions_root and the members' Interactions (the ORM path's GROUP BY).
+    # Actionable pending Interactions of each page row's live tree: the ORM path's GROUP BY,
+    # with its IN list of page ids replaced by the page itself.
     tree = _S.alias("tree")
-    pending = (
-        select(func.count())
+    pending = UnionPart(
+        select(tree.c.root_session_id.label("session_id"), func.count().label("pending"))
         .select_from(
             _I.join(
                 tree,
@@ -235,17 +237,15 @@ def _page_read(shape: _PageShape) -> ReadUnion:
         )
         .where(
             _I.c.workspace_id == bindparam("ws"),
-            tree.c.workspace_id == bindparam("ws"),
-            tree.c.root_session_id == page.c.session_id,
+            tree.c.root_session_id.in_(select(page.c.session_id).scalar_subquery()),
             tree.c.deleted_at_unix_ms.is_(None),
             _I.c.status == "pending",
             _I.c.actionable.is_(True),
         )
-        .scalar_subquery()
+        .group_by(tree.c.root_session_id)
     )
     rows = UnionPart(
-        select(*page.c, pending.label("pending_interaction_count")),
-        order_by=(page.c.updated_at_unix_ms.desc(), page.c.session_id.asc()),
+        select(*page.c), order_by=(page.c.updated_at_unix_ms.desc(), page.c.session_id.asc())
     )
     # The latest effective Turn of each page row: its id by an ORDER BY ... LIMIT 1 probe of
     # ix_turns_session_created per row, then the Turn by primary key.
@@ -272,7 +272,7 @@ def _page_read(shape: _PageShape) -> ReadUnion:
             ),
         )
     )
-    return ReadUnion(rows=rows, latest=latest, total=_total_part(shape))
+    return ReadUnion(rows=rows, latest=latest, pending=pending, total=_total_part(shape))
 
 
 def listing_page(
@@ -306,13 +306,26 @@ def listing_page(
             row.session_id: turn_record(row) for row in parts["latest"] if row.session_id in on_page
         },
         pending_counts={
-            row.session_id: int(row.pending_interaction_count)
-            for row in kept
-            if row.pending_interaction_count
+            row.session_id: int(row.pending)
+            for row in parts["pending"]
+            if row.session_id in on_page
         },
         total_count=int(parts["total"][0].total) if parts["total"] else 0,
         has_more=len(rows) > limit,
     )
+
+
+def explainable_page(query: RootSessionQuery, *, limit: int) -> tuple[Any, dict[str, Any]]:
+    """The first page's statement and its parts with their parameters bound (query plans)."""
+    return _bound(_page_read(_shape(query, None)), _params(query, None, limit))
+
+
+def _bound(read: ReadUnion, params: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    parts = {
+        name: part.statement.params(params)
+        for name, part in zip(read.names, read.part_queries, strict=True)
+    }
+    return read.statement.params(params), parts
 
 
 _PROJECTS: Final = ReadQuery(
@@ -434,6 +447,31 @@ def _deleted_read(shape: _DeletedShape) -> ReadUnion:
     return ReadUnion(**parts)
 
 
+def explainable_deleted(query: DeletedListingQuery, *, limit: int) -> tuple[Any, dict[str, Any]]:
+    """The first deleted page's statement and its parts, parameters bound (query plans)."""
+    shape, params = _deleted_params(query, None, limit, count=False)
+    return _bound(_deleted_read(shape), params)
+
+
+def _deleted_params(
+    query: DeletedListingQuery, after: tuple[int, str] | None, limit: int, *, count: bool
+) -> tuple[_DeletedShape, dict[str, Any]]:
+    shape = _DeletedShape(
+        section=query.section_key is not None,
+        title=bool(query.title_contains),
+        after=after is not None,
+        count=count,
+    )
+    params: dict[str, Any] = {"ws": query.workspace_id, "limit": limit}
+    if query.section_key is not None:
+        params["section"] = query.section_key
+    if query.title_contains:
+        params["title"] = like_contains(query.title_contains.lower())
+    if after is not None:
+        params["after_updated"], params["after_id"] = after
+    return shape, params
+
+
 def deleted_page(
     conn: ReadConnection,
     query: DeletedListingQuery,
@@ -448,19 +486,7 @@ def deleted_page(
     every Session whose root is the root of a page row. The total is counted only with
     ``count`` (it reads every matching tombstone, ADR 0024).
     """
-    shape = _DeletedShape(
-        section=query.section_key is not None,
-        title=bool(query.title_contains),
-        after=after is not None,
-        count=count,
-    )
-    params: dict[str, Any] = {"ws": query.workspace_id, "limit": limit}
-    if query.section_key is not None:
-        params["section"] = query.section_key
-    if query.title_contains:
-        params["title"] = like_contains(query.title_contains.lower())
-    if after is not None:
-        params["after_updated"], params["after_id"] = after
+    shape, params = _deleted_params(query, after, limit, count=count)
     parts = conn.union(_deleted_read(shape), params)
     trees = [TreeRow(**{key: getattr(row, key) for key in _TREE_KEYS}) for row in parts["trees"]]
     total = parts.get("total")
