@@ -204,40 +204,43 @@ def _plan(connection: Connection, sql: str) -> list[str]:
 
 
 def explain(url: str) -> dict[str, list[str]]:
-    """Query plans of the listing statements, as Host issues them, on one database."""
+    """Query plans of the listing statements, as Host issues them, on one database.
+
+    Host's pages are direct reads (``services.host.repository.listing_reads``, ADR 0039): one
+    ``UNION ALL`` statement per page on Postgres, one statement per part on SQLite; each is
+    shown with the first page's parameters bound.
+    """
     from sqlalchemy import func, select
 
-    from services.host.repository.deletion import DeletedListingQuery, DeletionRepository
-    from services.host.repository.sessions import (
-        RootSessionQuery,
-        live_roots_clauses,
-        page_source,
-    )
+    from services.host.repository import listing_reads
+    from services.host.repository.deletion import DeletedListingQuery
+    from services.host.repository.sessions import RootSessionQuery, live_roots_clauses
 
     engine = create_engine(url)
     statements: dict[str, Any] = {}
     section = RootSessionQuery(WORKSPACE, section_key=PROJECTS[0], pinned=False)
     pinned = RootSessionQuery(WORKSPACE, pinned=True)
+    reads = {
+        "section": listing_reads.explainable_page(section, limit=PAGE_SIZE),
+        "pinned": listing_reads.explainable_page(pinned, limit=PAGE_SIZE),
+        "deleted": listing_reads.explainable_deleted(
+            DeletedListingQuery(WORKSPACE), limit=PAGE_SIZE + 1
+        ),
+    }
     for name, query in (("section", section), ("pinned", pinned)):
         # The filtered count only a title query or an id set still runs (ADR 0024).
         statements[f"{name} full count"] = (
             select(func.count()).select_from(Session).where(*live_roots_clauses(query))
         )
-        source = page_source(query)
-        statements[f"{name} page"] = (
-            select(source)
-            .where(*live_roots_clauses(query, source))
-            .order_by(source.updated_at_unix_ms.desc(), source.session_id.asc())
-            .limit(PAGE_SIZE + 1)
-        )
-    deletion = DeletionRepository.__new__(DeletionRepository)
-    deleted = DeletedListingQuery(WORKSPACE)
-    statements["deleted page"] = deletion.deleted_page_query(
-        deleted, after=None, limit=PAGE_SIZE + 1
-    )
     plans: dict[str, list[str]] = {}
     try:
         with engine.connect() as connection:
+            for name, (union, parts) in reads.items():
+                if connection.dialect.name == "sqlite":
+                    for part, statement in parts.items():
+                        statements[f"{name} {part}"] = statement
+                else:
+                    statements[f"{name} (one statement)"] = union
             for name, statement in statements.items():
                 sql = str(
                     statement.compile(

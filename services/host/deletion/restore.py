@@ -3,7 +3,8 @@
 ``ListDeletedSessions`` pages a workspace's *topmost* tombstones — a root tombstone, or a child
 tombstone whose parent is live — ordered ``updated_at DESC, session_id ASC`` with the value
 cursor of ``services.host.model.listing_cursors`` (listing ``deleted``), filtered by title and the
-persisted ``rail_section_key`` only. Each item carries the restorable verdict of its tree.
+persisted ``rail_section_key`` only. Each item carries the restorable verdict of its tree. The
+page and its trees are one direct read (``repository.listing_reads``, ADR 0039).
 
 ``RestoreDeletedSession`` clears the tombstone of exactly one complete component in one
 transaction and writes one ``session_restored`` event row per member. It never starts or
@@ -22,6 +23,7 @@ from services.host.deletion.delete import Forest
 from services.host.model.listing_cursors import CursorPosition, decode_cursor, encode_cursor
 from services.host.model.records import SessionRecord
 from services.host.model.session_rules import session_not_found, validate_session_id
+from services.host.repository import listing_reads
 from services.host.repository.deletion import DeletedListingQuery
 from services.host.repository.unit_of_work import HostTransaction
 from services.host.sessions.listing import MAX_SEARCH_LENGTH
@@ -92,41 +94,26 @@ async def list_deleted_sessions(
         after = (position.updated_at_unix_ms, position.session_id)
     query = DeletedListingQuery(workspace_id, title_filter or None, section_key)
 
-    async def run(scope: HostTransaction) -> DeletedPage:
-        rows, total = await scope.deletion.deleted_page(
-            query, after=after, limit=size + 1, count=include_total_count
+    found = await ctx.read(
+        lambda conn: listing_reads.deleted_page(
+            conn, query, after=after, limit=size + 1, count=include_total_count
+        ),
+        one_statement=True,
+    )
+    more = len(found.sessions) > size
+    records = found.sessions[:size]
+    forest = Forest(found.trees)
+    items = []
+    for record in records:
+        verdict = forest.verdict(record.session_id)
+        items.append(DeletedItem(record, verdict.restorable, verdict.reason, len(verdict.members)))
+    next_cursor = ""
+    if more and records:
+        last = records[-1]
+        next_cursor = encode_cursor(
+            workspace_id, LISTING, CursorPosition(last.updated_at_unix_ms, last.session_id)
         )
-        more = len(rows) > size
-        rows = rows[:size]
-        forest = Forest(
-            await scope.deletion.tree_rows(workspace_id, {row.root_session_id for row in rows})
-        )
-        records = {
-            record.session_id: record
-            for record in await scope.deletion.records(
-                workspace_id, [row.session_id for row in rows]
-            )
-        }
-        items = []
-        for row in rows:
-            verdict = forest.verdict(row.session_id)
-            items.append(
-                DeletedItem(
-                    records[row.session_id],
-                    verdict.restorable,
-                    verdict.reason,
-                    len(verdict.members),
-                )
-            )
-        next_cursor = ""
-        if more and rows:
-            last = rows[-1]
-            next_cursor = encode_cursor(
-                workspace_id, LISTING, CursorPosition(last.updated_at_unix_ms, last.session_id)
-            )
-        return DeletedPage(items, next_cursor, total or 0)
-
-    return await ctx.transact(run, write=False)
+    return DeletedPage(items, next_cursor, found.total_count or 0)
 
 
 def not_topmost(session_id: str) -> FailedPrecondition:

@@ -28,6 +28,7 @@ from store.models import Interaction, Message, Session, Turn
 from store.read_unions import ReadUnion, UnionPart
 
 __all__ = [
+    "SESSION_RECORD_KEYS",
     "SessionReadSet",
     "SubmissionRows",
     "live_descendants_in_order",
@@ -58,6 +59,8 @@ _UNREAD_SESSION_COLUMNS: Final = frozenset(
     }
 )
 _SESSION_COLUMNS: Final = [c for c in _S.c if c.key not in _UNREAD_SESSION_COLUMNS]
+SESSION_RECORD_KEYS: Final = tuple(c.key for c in _SESSION_COLUMNS)
+"""The ``sessions`` columns ``session_record`` reads (what a direct read selects)."""
 
 # The Session's own columns as scalar subqueries, so that the parts of one read do not depend
 # on each other's results: each read below is one UNION ALL statement (ADR 0033).

@@ -25,7 +25,7 @@ from sqlalchemy.sql.selectable import Alias
 
 from store.models import Session
 
-__all__ = ["PINNED_ROOTS", "UNPINNED_ROOTS"]
+__all__ = ["PINNED_ROOTS", "PINNED_ROOTS_TABLE", "UNPINNED_ROOTS", "UNPINNED_ROOTS_TABLE"]
 
 
 class _IndexedSessions(Alias):
@@ -56,7 +56,12 @@ def _indexed_by(element: _IndexedSessions, compiler: SQLCompiler, **kw: Any) -> 
 
 _TABLE = cast(Table, Session.__table__)
 
-UNPINNED_ROOTS: Any = aliased(Session, _UnpinnedRoots._construct(_TABLE, name="sessions"))
+UNPINNED_ROOTS_TABLE: Any = _UnpinnedRoots._construct(_TABLE, name="sessions")
+"""The ``sessions`` table for Core statements of a section page (``ix_sessions_unpinned_roots``)."""
+PINNED_ROOTS_TABLE: Any = _PinnedRoots._construct(_TABLE, name="sessions")
+"""The ``sessions`` table for Core statements of the pinned page (``ix_sessions_pinned_roots``)."""
+
+UNPINNED_ROOTS: Any = aliased(Session, UNPINNED_ROOTS_TABLE)
 """``Session`` for a section page's unpinned live roots (``ix_sessions_unpinned_roots``)."""
-PINNED_ROOTS: Any = aliased(Session, _PinnedRoots._construct(_TABLE, name="sessions"))
+PINNED_ROOTS: Any = aliased(Session, PINNED_ROOTS_TABLE)
 """``Session`` for the pinned page's live roots (``ix_sessions_pinned_roots``)."""

@@ -1,12 +1,17 @@
 """Rail listings of root Sessions: sections, pinned, search, deletion candidates (HOST-SES-4).
 
-Every RPC here goes through the one repository query
-(:meth:`~services.host.repository.sessions.SessionRepository.root_sessions`), which applies
-the scope and the filters (``agent_target_id``, the case-insensitive title query, an optional
-authorized Session-id set) to the whole visible set before paging, ``total_count`` and
+Every page goes through one listing query, which applies the scope and the filters
+(``agent_target_id``, the case-insensitive title query, an optional authorized Session-id set)
+to the whole visible set before paging, ``total_count`` and
 candidate selection. Order is ``updated_at DESC, session_id ASC``; cursors are value cursors
 bound to the workspace and the listing (``services.host.model.listing_cursors``). Membership is the
 exact persisted ``rail_section_key``; tombstones and child Sessions never appear.
+
+Pages are direct reads (``repository.listing_reads``, ADR 0039): fixed-arity statements on a
+store read thread, one per page on Postgres. A filter by an authorized Session-id set is an
+``IN`` list a direct read cannot bind, so such listings run the ORM query
+(:meth:`~services.host.repository.sessions.SessionRepository.root_sessions`) in a read
+transaction; both return the same pages.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from services.host.context import HostContext
 from services.host.model.listing_cursors import CursorPosition, decode_cursor, encode_cursor
 from services.host.model.records import SessionRecord, TurnRecord
 from services.host.model.session_rules import CONVERSATIONS_SECTION_KEY
+from services.host.repository import listing_reads
+from services.host.repository.listing_reads import ListingPage
 from services.host.repository.projects import ProjectRecord
 from services.host.repository.sessions import RootSessionQuery
 from services.host.repository.unit_of_work import HostTransaction
@@ -126,7 +133,33 @@ class SessionPage:
     total_count: int
 
 
-async def _page(
+def _next_cursor(
+    query: RootSessionQuery, listing: str, sessions: list[SessionRecord], has_more: bool
+) -> str:
+    if not (has_more and sessions):
+        return ""
+    last = sessions[-1]
+    position = CursorPosition(last.updated_at_unix_ms, last.session_id)
+    return encode_cursor(query.workspace_id, listing, position)
+
+
+def _from_rows(query: RootSessionQuery, listing: str, rows: ListingPage) -> SessionPage:
+    """A page from the rows of a direct read."""
+    return SessionPage(
+        items=[
+            ListItem(
+                s,
+                rows.latest_turns.get(s.session_id),
+                rows.pending_counts.get(s.session_id, 0),
+            )
+            for s in rows.sessions
+        ],
+        next_cursor=_next_cursor(query, listing, rows.sessions, rows.has_more),
+        total_count=rows.total_count,
+    )
+
+
+async def _orm_page(
     repos: HostTransaction,
     query: RootSessionQuery,
     *,
@@ -134,6 +167,7 @@ async def _page(
     after: CursorPosition | None,
     limit: int,
 ) -> SessionPage:
+    """A page through the ORM query (authorized id sets, which direct reads cannot bind)."""
     result = await repos.sessions.root_sessions(
         query,
         after=None if after is None else (after.updated_at_unix_ms, after.session_id),
@@ -142,22 +176,37 @@ async def _page(
     ids = [s.session_id for s in result.sessions]
     latest = await repos.sessions.latest_turns(query.workspace_id, ids)
     pending = await repos.sessions.pending_interaction_counts(query.workspace_id, ids)
-    next_cursor = ""
-    if result.has_more and result.sessions:
-        last = result.sessions[-1]
-        next_cursor = encode_cursor(
-            query.workspace_id,
-            listing,
-            CursorPosition(last.updated_at_unix_ms, last.session_id),
-        )
     return SessionPage(
         items=[
             ListItem(s, latest.get(s.session_id), pending.get(s.session_id, 0))
             for s in result.sessions
         ],
-        next_cursor=next_cursor,
+        next_cursor=_next_cursor(query, listing, result.sessions, result.has_more),
         total_count=result.total_count,
     )
+
+
+async def _page(
+    ctx: HostContext,
+    query: RootSessionQuery,
+    *,
+    listing: str,
+    after: CursorPosition | None,
+    limit: int,
+) -> SessionPage:
+    """One page of ``query``: a direct read, or the ORM query for an authorized id set."""
+    if not listing_reads.supports(query):
+
+        async def orm(repos: HostTransaction) -> SessionPage:
+            return await _orm_page(repos, query, listing=listing, after=after, limit=limit)
+
+        return await ctx.transact(orm, write=False)
+    position = None if after is None else (after.updated_at_unix_ms, after.session_id)
+    rows = await ctx.read(
+        lambda conn: listing_reads.listing_page(conn, query, after=position, limit=limit),
+        one_statement=True,
+    )
+    return _from_rows(query, listing, rows)
 
 
 def _after(cursor: str, workspace_id: str, listing: str) -> CursorPosition | None:
@@ -193,11 +242,41 @@ async def list_sections(
     One read transaction, so every page describes the same committed state.
     """
     filters.validate()
+    scope = filters.query(workspace_id)
+    if not listing_reads.supports(scope):
+        return await _orm_sections(ctx, workspace_id, filters, limit)
+    rows = await ctx.read(
+        lambda conn: listing_reads.rail(
+            conn, scope, conversations_key=CONVERSATIONS_SECTION_KEY, limit=limit
+        )
+    )
+    sections = [
+        RailSection(
+            project.section_key,
+            project.label,
+            project,
+            _from_rows(scope, section_listing(project.section_key), page),
+        )
+        for project, page in zip(rows.projects, rows.project_pages, strict=True)
+    ]
+    conversations = _from_rows(
+        scope, section_listing(CONVERSATIONS_SECTION_KEY), rows.conversations
+    )
+    sections.append(
+        RailSection(CONVERSATIONS_SECTION_KEY, CONVERSATIONS_LABEL, None, conversations)
+    )
+    return RailSections(sections, _from_rows(scope, PINNED_LISTING, rows.pinned))
+
+
+async def _orm_sections(
+    ctx: HostContext, workspace_id: str, filters: ListFilter, limit: int
+) -> RailSections:
+    """``list_sections`` through the ORM query (an authorized id set)."""
 
     async def query(repos: HostTransaction) -> RailSections:
         sections: list[RailSection] = []
         for project in await repos.projects.in_workspace(workspace_id):
-            page = await _page(
+            page = await _orm_page(
                 repos,
                 filters.query(workspace_id, section_key=project.section_key, pinned=False),
                 listing=section_listing(project.section_key),
@@ -205,7 +284,7 @@ async def list_sections(
                 limit=limit,
             )
             sections.append(RailSection(project.section_key, project.label, project, page))
-        conversations = await _page(
+        conversations = await _orm_page(
             repos,
             filters.query(workspace_id, section_key=CONVERSATIONS_SECTION_KEY, pinned=False),
             listing=section_listing(CONVERSATIONS_SECTION_KEY),
@@ -215,7 +294,7 @@ async def list_sections(
         sections.append(
             RailSection(CONVERSATIONS_SECTION_KEY, CONVERSATIONS_LABEL, None, conversations)
         )
-        pinned = await _page(
+        pinned = await _orm_page(
             repos,
             filters.query(workspace_id, pinned=True),
             listing=PINNED_LISTING,
@@ -242,16 +321,13 @@ async def list_section_page(
     listing = section_listing(section_key)
     after = _after(cursor, workspace_id, listing)
 
-    async def query(repos: HostTransaction) -> SessionPage:
-        return await _page(
-            repos,
-            filters.query(workspace_id, section_key=section_key, pinned=False),
-            listing=listing,
-            after=after,
-            limit=limit,
-        )
-
-    return await ctx.transact(query, write=False)
+    return await _page(
+        ctx,
+        filters.query(workspace_id, section_key=section_key, pinned=False),
+        listing=listing,
+        after=after,
+        limit=limit,
+    )
 
 
 async def list_pinned_page(
@@ -261,16 +337,13 @@ async def list_pinned_page(
     filters.validate()
     after = _after(cursor, workspace_id, PINNED_LISTING)
 
-    async def query(repos: HostTransaction) -> SessionPage:
-        return await _page(
-            repos,
-            filters.query(workspace_id, pinned=True),
-            listing=PINNED_LISTING,
-            after=after,
-            limit=limit,
-        )
-
-    return await ctx.transact(query, write=False)
+    return await _page(
+        ctx,
+        filters.query(workspace_id, pinned=True),
+        listing=PINNED_LISTING,
+        after=after,
+        limit=limit,
+    )
 
 
 async def search_sessions(
@@ -295,16 +368,9 @@ async def search_sessions(
     effective = ListFilter(filters.agent_target_id, search_query, filters.authorized_session_ids)
     after = _after(cursor, workspace_id, SEARCH_LISTING)
 
-    async def query(repos: HostTransaction) -> SessionPage:
-        return await _page(
-            repos,
-            effective.query(workspace_id),
-            listing=SEARCH_LISTING,
-            after=after,
-            limit=limit,
-        )
-
-    return await ctx.transact(query, write=False)
+    return await _page(
+        ctx, effective.query(workspace_id), listing=SEARCH_LISTING, after=after, limit=limit
+    )
 
 
 async def deletion_candidates(
