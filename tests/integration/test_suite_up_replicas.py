@@ -193,7 +193,9 @@ def test_watch_activity_on_replica_2_sees_an_event_committed_through_replica_1(
 ) -> None:
     first, second = topology.host(1), topology.host(2)
     session_id = first.CreateSession(
-        host_pb2.CreateSessionRequest(workspace_id=topology.workspace, agent_target_id="demo"),
+        host_pb2.CreateSessionRequest(
+            workspace_id=topology.workspace, agent_target_id="demo", cwd="/work/watched"
+        ),
         metadata=topology.metadata,
         timeout=30,
     ).session.session_id
