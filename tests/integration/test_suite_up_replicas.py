@@ -110,9 +110,7 @@ def topology(tmp_path_factory: pytest.TempPathFactory, scratch_database: str) ->
     block = next(block for block in shell_blocks() if "--replicas" in block)
     words = shlex.split(shell_commands(block)[0])
     assert words == ["./scripts/up", "--replicas", "2", "--store", "postgres", "--bus", "nats"]
-    command = [sys.executable, "-m", "tutti", "up", "--data-dir", str(data), *words[1:]]
-    command += ["--base-port", "0", "--database-url", scratch_database]
-    with running_suite(data, command=command) as suite:
+    with running_suite(data, command=_command(data, words[1:], scratch_database)) as suite:
         suite.wait_ready(timeout=150)
         yield Topology(
             suite=suite,
@@ -122,6 +120,14 @@ def topology(tmp_path_factory: pytest.TempPathFactory, scratch_database: str) ->
         )
         for channel in _CHANNELS:
             channel.close()
+
+
+def _command(data: Path, arguments: list[str], database_url: str) -> list[str]:
+    """What ``./scripts/up ARGUMENTS`` runs, on free ports and the scratch database."""
+    command = [sys.executable, "-m", "tutti", "up", "--data-dir", str(data), *arguments]
+    # A generous grace: eleven Python processes tear down on a shared 2-core machine, and a
+    # child killed at the grace's end would make a clean stop look like a failure.
+    return [*command, "--base-port", "0", "--database-url", database_url, "--grace", "30"]
 
 
 def _environ(pid: int) -> dict[str, str]:
@@ -264,6 +270,26 @@ def test_sigint_stops_every_process_including_nats_server(topology: Topology) ->
         time.sleep(0.05)
     left = {name for name, pid in pids.items() if process_alive(pid)}
     assert left == set(), f"left running: {left}\n{topology.suite.output}"
+
+
+def test_kill_9_of_tutti_up_leaves_no_replica_and_no_nats_server(
+    tmp_path: Path, scratch_database: str
+) -> None:
+    """nats-server, started through the exec shim, gets the parent-death signal too."""
+    arguments = ["--replicas", "2", "--store", "postgres", "--bus", "nats"]
+    with running_suite(
+        tmp_path / "data", command=_command(tmp_path / "data", arguments, scratch_database)
+    ) as suite:
+        suite.wait_ready(timeout=150)
+        pids = suite.all_pids()
+        assert set(pids) == {*REPLICATED_PROCESSES, "nats-server"}
+        os.kill(suite.process.pid, signal.SIGKILL)
+        suite.wait_exit(timeout=10)
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and any(process_alive(p) for p in pids.values()):
+            time.sleep(0.1)
+        left = {name for name, pid in pids.items() if process_alive(pid)}
+        assert left == set(), f"orphans outlived tutti up: {left}\n{suite.output}"
 
 
 def _refused(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> str:
