@@ -125,7 +125,7 @@ def topology(tmp_path_factory: pytest.TempPathFactory, scratch_database: str) ->
 def _command(data: Path, arguments: list[str], database_url: str) -> list[str]:
     """What ``./scripts/up ARGUMENTS`` runs, on free ports and the scratch database."""
     command = [sys.executable, "-m", "tutti", "up", "--data-dir", str(data), *arguments]
-    # A generous grace: eleven Python processes tear down on a shared 2-core machine, and a
+    # A generous grace: ten Python processes tear down on a shared 2-core machine, and a
     # child killed at the grace's end would make a clean stop look like a failure.
     return [*command, "--base-port", "0", "--database-url", database_url, "--grace", "30"]
 
