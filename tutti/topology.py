@@ -110,7 +110,7 @@ def _nats_server() -> Path:
         raise TopologyRefused(f"--bus nats: {error}") from None
     if importlib.util.find_spec("nats") is None:
         raise TopologyRefused(
-            "--bus nats: the NATS client is not installed: pip install -e '.[scale]' (nats-py)"
+            "--bus nats: the NATS client (nats-py) is not installed: scripts/install --replicas"
         )
     return binary
 
