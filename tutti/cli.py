@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 import importlib
 from pathlib import Path
 from types import ModuleType
@@ -10,17 +11,20 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
+from sqlalchemy.engine import make_url
 
 from grpcserver.settings import ServerSettings
 from tutti.conformance_commands import conformance_app
 from tutti.live_commands import live_app
 from tutti.local_auth import ensure_local_credentials
+from tutti.local_postgres import DatabaseUnavailable, ensure_database
 from tutti.maintenance_commands import maintenance_app
 from tutti.reference_commands import refdata_app, reference_app
 from tutti.session_commands import ensure_local_workspace, session_app
 from tutti.suite import COMPANIONS, DEFAULT_GRACE_SECONDS, SUITE, Suite, child_environment
 from tutti.suite_record import remove_suite_record, write_suite_record
 from tutti.supervision import StopRequested, StopSignals, follow_supervisor
+from tutti.topology import DEFAULT_POSTGRES_URL, TopologyRefused, plan_topology
 
 app = typer.Typer(no_args_is_help=True, help="Operate the Agent Activity Services suite.")
 app.add_typer(reference_app, name="reference")
@@ -84,6 +88,20 @@ def migrate(
     typer.echo(f"schema at head: {_redact(url)}")
 
 
+class StoreChoice(enum.StrEnum):
+    """``tutti up --store``."""
+
+    SQLITE = "sqlite"
+    POSTGRES = "postgres"
+
+
+class BusChoice(enum.StrEnum):
+    """``tutti up --bus``."""
+
+    INPROCESS = "inprocess"
+    NATS = "nats"
+
+
 def _redact(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     if "@" in rest:
@@ -105,12 +123,38 @@ def up(
             min=1.0, help="Seconds a stop waits for the services to drain before killing them."
         ),
     ] = DEFAULT_GRACE_SECONDS,
+    replicas: Annotated[
+        int,
+        typer.Option(
+            help="Host and livestream replicas (replica i at +10*(i-1) ports); more than one "
+            "needs --store postgres --bus nats, and runs two maintenance replicas."
+        ),
+    ] = 1,
+    store: Annotated[
+        StoreChoice | None,
+        typer.Option(help="sqlite or postgres; default: what TUTTI_DATABASE_URL names (SQLite)."),
+    ] = None,
+    bus: Annotated[
+        BusChoice | None,
+        typer.Option(
+            help="nats: start the project's nats-server (JetStream) as the cross-replica live "
+            "log; default: the in-process live log."
+        ),
+    ] = None,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Postgres URL for --store postgres; default: TUTTI_DATABASE_URL, else "
+            f"{DEFAULT_POSTGRES_URL} (created when missing)."
+        ),
+    ] = None,
 ) -> None:
     """Start the whole suite on this machine (SQLite by default) until Ctrl-C or SIGTERM.
 
     The first Ctrl-C (or SIGTERM, SIGHUP) drains every service within the grace and exits 0
     after a clean stop; a second one kills them at once. No service outlives this command,
-    not even after ``kill -9`` of it (OPS-3).
+    not even after ``kill -9`` of it (OPS-3). ``--replicas N --store postgres --bus nats``
+    runs N Host and N livestream replicas and nats-server on one Postgres database (SCALE-6).
     """
     # First of all, whatever dispositions this process inherited (SIGINT is ignored in a
     # background job of a non-interactive shell): a stop must always be possible.
@@ -118,12 +162,32 @@ def up(
     signals.install()
     defaults = ServerSettings()
     directory = (data_dir or defaults.data_dir).resolve()
-    directory.mkdir(parents=True, exist_ok=True)
     settings = ServerSettings(data_dir=directory)
+    try:  # refused before anything is created
+        topology = plan_topology(
+            replicas=replicas,
+            store=store.value if store is not None else None,
+            bus=bus.value if bus is not None else None,
+            database_url=database_url,
+            configured_url=settings.database_url,
+            sqlite_url=settings.resolved_database_url(),
+        )
+    except TopologyRefused as error:
+        typer.echo(f"tutti up: {error}", err=True)
+        raise typer.Exit(2) from None
+    directory.mkdir(parents=True, exist_ok=True)
     credentials = ensure_local_credentials(directory)
     ensure_local_workspace(directory)  # the CLI's default workspace (`tutti session ...`)
-    url = settings.resolved_database_url()
+    url = topology.database_url
     typer.echo(f"data directory: {directory}")
+    if topology.create_database:
+        try:
+            created = ensure_database(url)
+        except DatabaseUnavailable as error:
+            typer.echo(f"suite failed to start: {error}", err=True)
+            raise typer.Exit(1) from None
+        shown = make_url(url).render_as_string(hide_password=True)
+        typer.echo(f"database: {shown}{' (created)' if created else ''}")
     migrate(url)
     suite = Suite(
         data_dir=directory,
@@ -137,17 +201,20 @@ def up(
         log=typer.echo,
         signals=signals,
         grace_period_seconds=grace,
+        topology=topology if topology.replicas > 1 or topology.nats_server else None,
     )
     code = 0
     try:
         typer.echo("starting services ...")
         addresses = suite.start()
-        write_suite_record(directory, addresses, log=typer.echo)  # how the CLI finds this suite
+        # The CLI's record: each process, and each service name at its first replica.
+        record = {service: addresses[suite.process_names(service)[0]] for service in SUITE}
+        write_suite_record(directory, {**addresses, **record}, log=typer.echo)
         typer.echo(
             "suite ready. Token for the CLI and grpcurl: "
             f"{credentials.tokens_file.parent / 'cli-token'}\n"
             f'  try: grpcurl -plaintext -H "authorization: Bearer $(cat '
-            f'{credentials.tokens_file.parent / "cli-token"})" {addresses["host"]} list\n'
+            f'{credentials.tokens_file.parent / "cli-token"})" {record["host"]} list\n'
             "Press Ctrl-C to stop."
         )
         exited = suite.wait()

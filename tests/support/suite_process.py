@@ -140,6 +140,15 @@ class SuiteProcess:
                 pids[name] = int(path.read_text())
         return pids
 
+    def all_pids(self) -> dict[str, int]:
+        """The pid of every process it started, replicas and nats-server included."""
+        pids = {}
+        for path in sorted((self.data_dir / "run").glob("*.pid")):
+            text = path.read_text().strip()
+            if text.isdigit():  # a file being written reads empty
+                pids[path.stem] = int(text)
+        return pids
+
     def signal(self, signum: int) -> None:
         """Send ``signum`` to the supervisor alone (not its process group)."""
         self.process.send_signal(signum)
@@ -155,7 +164,7 @@ class SuiteProcess:
 
     def close(self) -> None:
         """Kill whatever is still running, then release the pipe (bounded throughout)."""
-        pids = self.child_pids()
+        pids = self.all_pids()
         if self.process.poll() is None:
             with suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
