@@ -10,6 +10,8 @@ arrive from the durable log.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,10 @@ import pytest
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import activity_pb2, host_pb2, host_pb2_grpc, runtime_pb2
+from livelog.interface import LiveLogUnavailable, LogEntry, LogPosition
+from livelog.jetstream import JetStreamLiveLog
+from livelog.settings import LiveLogSettings
+from services.host.wire.live_lane_codec import LiveLaneCodec
 from tests.integration.host_activity import DEVICE, PROVIDER, TARGET_ID, WS
 from tests.support.activity_watch import Watcher, kind
 from tests.support.nats_server import NatsServer
@@ -144,6 +150,36 @@ def _deltas(runtime: ScriptedRuntime, turn_id: str, *texts: str, first: bool = F
     )
 
 
+async def _hint_ids_in_the_log(url: str, wanted: set[str]) -> set[str]:
+    """Message ids on the workspace's subject, read until ``wanted`` are seen (or a timeout)."""
+    settings = LiveLogSettings(bus="nats", nats_url=url)
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        with contextlib.suppress(LiveLogUnavailable):
+            log = await JetStreamLiveLog.connect(settings, LiveLaneCodec())
+            break
+        assert time.monotonic() < deadline, "the restarted bus never accepted a connection"
+        await asyncio.sleep(0.2)
+    seen: set[str] = set()
+    try:
+        while not wanted <= seen and time.monotonic() < deadline:
+            subscription = await log.subscribe(WS, LogPosition(log.epoch, 0))
+            try:
+                async with asyncio.timeout(2):
+                    async for entry in subscription:
+                        if isinstance(entry, LogEntry):
+                            seen.add(entry.msg_id)
+                            if wanted <= seen:
+                                break
+            except TimeoutError:
+                pass  # read all there was: look again (the relay retries every second)
+            finally:
+                await subscription.close()
+    finally:
+        await log.close()
+    return seen
+
+
 def _settle(runtime: ScriptedRuntime, turn_id: str, text: str) -> runtime_pb2.ReportResult:
     return runtime.report(
         WS,
@@ -215,6 +251,10 @@ def test_deltas_lost_while_the_bus_is_down_become_a_reconcile_and_events_still_a
     bus.start()
     watcher.cancel()
     runtime.close()
+    # The hints of the commits made while the bus was down are republished once it is back.
+    durable_seqs = [e.workspace_sequence for e in events if kind(e) != "message_delta"]
+    owed = {f"ev:{WS}:{sequence}" for sequence in durable_seqs}
+    assert owed <= asyncio.run(_hint_ids_in_the_log(bus.url, owed))
 
     kinds = [kind(e) for e in events]
     assert _delta_texts(events) == ["before;", "the stop;"]  # the lost ones never appear

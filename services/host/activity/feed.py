@@ -60,6 +60,7 @@ from services.host.activity.broker import (
 from services.host.activity.delta_lane import DeltaLane
 from services.host.activity.event_log import ActivityLog
 from services.host.activity.events import EventCodec, MessageDelta
+from services.host.activity.hint_relay import HintRelay
 from services.host.activity.log_follower import LogFollower, WakeHints
 from services.host.activity.shared_lane import LaneItem, SharedLane
 from services.host.repository import unit_of_work
@@ -137,6 +138,7 @@ class ActivityFeed:
         )
         self._open_live_log = live_log
         self.shared: SharedLane | None = None
+        self.relay: HintRelay | None = None
         self._pruner: asyncio.Task[None] | None = None
 
     async def start(self, database: Database) -> None:
@@ -153,6 +155,9 @@ class ActivityFeed:
             self.deltas.shared = shared
             self.follower.hints = shared
             self.follower.fence = shared.fence
+            self.relay = HintRelay(shared.log, interval_seconds=self.settings.idle_check_seconds)
+            shared.on_lost_hint = self.relay.owe
+            self.relay.start(database)
         await self.follower.start(database)
         self._pruner = asyncio.create_task(self._prune_forever(database))
 
@@ -163,7 +168,9 @@ class ActivityFeed:
             _log.info("ended %d activity watches for the drain", ended)
 
     async def stop(self, database: Database) -> None:
-        """Stop the pruner and the log follower (a server stop hook)."""
+        """Stop the pruner, the hint relay and the log follower (a server stop hook)."""
+        if self.relay is not None:
+            await self.relay.stop()
         await self.follower.stop()
         if self._pruner is not None:
             self._pruner.cancel()

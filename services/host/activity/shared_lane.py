@@ -13,7 +13,8 @@ process:
   handed to the broker (this process's own are recognised by their message id and skipped);
 * a committed batch is announced post-commit with a :class:`CommitHint` (message id
   ``ev:<workspace>:<sequence>``); a replica that receives it wakes its log follower, which
-  reads the events from the durable log (the truth);
+  reads the events from the durable log (the truth); a hint the log did not take is
+  republished by :mod:`services.host.activity.hint_relay`;
 * before the follower hands another replica's events to the broker, :meth:`SharedLane.fence`
   makes sure every delta the log stored before them went first: either a hint at least that
   far already came through the subscription, or a fence item is published and awaited.
@@ -39,7 +40,7 @@ from livelog.barrier import AckBarrier
 from livelog.interface import Discontinuity, LiveLog, LiveLogSubscription, LiveLogUnavailable
 from services.host.activity.broker import ActivityBroker, CommittedBatch, LiveDelta
 
-__all__ = ["CommitHint", "FenceItem", "LaneItem", "SharedLane"]
+__all__ = ["CommitHint", "FenceItem", "LaneItem", "SharedLane", "hint_msg_id"]
 
 _log = logging.getLogger(__name__)
 
@@ -63,6 +64,11 @@ class FenceItem:
 
 LaneItem = LiveDelta | CommitHint | FenceItem
 """What travels on a workspace's subject."""
+
+
+def hint_msg_id(workspace_id: str, sequence: int) -> str:
+    """The message id of the hint for events through ``sequence`` (every copy uses it)."""
+    return f"ev:{workspace_id}:{sequence}"
 
 
 class _Follow:
@@ -104,6 +110,8 @@ class SharedLane:
         self._follows: dict[str, _Follow] = {}
         self._wake: Callable[[str], None] = lambda _workspace: None
         self._hint_tasks: set[asyncio.Task[None]] = set()
+        self.on_lost_hint: Callable[[str, int], None] = lambda _workspace, _previous: None
+        """Told ``(workspace, previous_seq)`` of a hint the log did not take (the relay)."""
         broker.add_observer(self._announce)
 
     # -- publishing ---------------------------------------------------------------------
@@ -136,18 +144,20 @@ class SharedLane:
         if not batch.local or not batch.events:
             return
         hint = CommitHint(batch.workspace_id, batch.last_event_id, batch.last_seq)
-        task = asyncio.get_running_loop().create_task(self._publish_hint(hint))
+        task = asyncio.get_running_loop().create_task(self._publish_hint(hint, batch.previous_seq))
         self._hint_tasks.add(task)
         task.add_done_callback(self._hint_tasks.discard)
 
-    async def _publish_hint(self, hint: CommitHint) -> None:
+    async def _publish_hint(self, hint: CommitHint, previous_seq: int) -> None:
         try:
             await self.log.publish(
-                hint.workspace_id, hint, f"ev:{hint.workspace_id}:{hint.last_seq}"
+                hint.workspace_id, hint, hint_msg_id(hint.workspace_id, hint.last_seq)
             )
         except LiveLogUnavailable:
-            # Only a hint: other replicas' followers find the events at their next poll.
+            # Only a hint: other replicas' followers find the events at their next poll,
+            # and the relay republishes it once the log is back.
             _log.warning("commit hint for %s through %d lost", hint.workspace_id, hint.last_seq)
+            self.on_lost_hint(hint.workspace_id, previous_seq)
         except Exception:  # noqa: BLE001 - a wake hint never fails the commit path
             _log.exception("commit hint for %s failed", hint.workspace_id)
 
