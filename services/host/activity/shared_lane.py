@@ -110,6 +110,7 @@ class SharedLane:
         self._follows: dict[str, _Follow] = {}
         self._wake: Callable[[str], None] = lambda _workspace: None
         self._hint_tasks: set[asyncio.Task[None]] = set()
+        self._announced: dict[str, int] = {}
         self.on_lost_hint: Callable[[str, int], None] = lambda _workspace, _previous: None
         """Told ``(workspace, previous_seq)`` of a hint the log did not take (the relay)."""
         broker.add_observer(self._announce)
@@ -144,6 +145,8 @@ class SharedLane:
         if not batch.local or not batch.events:
             return
         hint = CommitHint(batch.workspace_id, batch.last_event_id, batch.last_seq)
+        announced = self._announced.get(batch.workspace_id, 0)
+        self._announced[batch.workspace_id] = max(announced, batch.last_seq)
         task = asyncio.get_running_loop().create_task(self._publish_hint(hint, batch.previous_seq))
         self._hint_tasks.add(task)
         task.add_done_callback(self._hint_tasks.discard)
@@ -270,7 +273,10 @@ class SharedLane:
                 self._broker.publish_delta(item)
         elif isinstance(item, CommitHint):
             follow.hinted_seq = max(follow.hinted_seq, item.last_seq)
-            self._wake(workspace_id)
+            # This process's own hints come back too; its broker already had those events
+            # (an earlier gap is read by the subscriber that sees it), so no read for them.
+            if item.last_seq > self._announced.get(workspace_id, 0):
+                self._wake(workspace_id)
         else:
             arrived = follow.fences.get(item.token)
             if arrived is not None and not arrived.done():
