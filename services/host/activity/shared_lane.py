@@ -37,7 +37,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from livelog.barrier import AckBarrier
-from livelog.interface import Discontinuity, LiveLog, LiveLogSubscription, LiveLogUnavailable
+from livelog.interface import (
+    Discontinuity,
+    LiveLog,
+    LiveLogSubscription,
+    LiveLogUnavailable,
+    LogPosition,
+)
 from services.host.activity.broker import ActivityBroker, CommittedBatch, LiveDelta
 
 __all__ = ["CommitHint", "FenceItem", "LaneItem", "SharedLane", "hint_msg_id"]
@@ -246,9 +252,11 @@ class SharedLane:
     # -- the subscription ---------------------------------------------------------------
 
     async def _consume(self, workspace_id: str, follow: _Follow) -> None:
+        # Where to resume if the subscription itself fails: the log then says what is missing.
+        last: LogPosition | None = None
         while True:
             try:
-                subscription = await self.log.subscribe(workspace_id, None)
+                subscription = await self.log.subscribe(workspace_id, last)
             except LiveLogUnavailable:
                 _log.warning("live log subscription for %s unavailable; retrying", workspace_id)
                 await asyncio.sleep(0.5)
@@ -260,6 +268,7 @@ class SharedLane:
                     if isinstance(entry, Discontinuity):
                         self._on_discontinuity(entry)
                         continue
+                    last = entry.position
                     self._deliver(workspace_id, follow, entry.msg_id, entry.item)
                 return
             except LiveLogUnavailable:
