@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from agentactivity.host.v1 import host_pb2, host_pb2_grpc, runtime_pb2, runtime_pb2_grpc
 from grpcserver.app import ServiceDefinition, definition_for
+from livelog.factory import open_live_log
+from livelog.interface import LiveLog
+from livelog.settings import LiveLogSettings
 from services.host.activity.feed import ActivityFeed, FeedSettings
+from services.host.activity.shared_lane import LaneItem
 from services.host.authorization import AUTHORIZATION
 from services.host.context import HostContext
 from services.host.runtime.link import MAX_REPORT_BYTES
@@ -15,6 +19,7 @@ from services.host.turns.disposition_queries import DispositionQuerier
 from services.host.turns.workspace_index import WorkspaceIndexFactory, local_workspace_index
 from services.host.wire.activity_codec import ProtoEventCodec
 from services.host.wire.command_codec import ProtoCommandCodec
+from services.host.wire.live_lane_codec import LiveLaneCodec
 from store.database import Database
 
 __all__ = ["RECEIVE_LIMIT_BYTES", "Settings", "build"]
@@ -50,6 +55,13 @@ def build(
         workspace_index=workspace_index,
         project_removal_max_rounds=settings.project_removal_max_rounds,
     )
+    # SCALE-3: with TUTTI_BUS=nats the live lane is shared with the other replicas through
+    # JetStream (ADR 0041); the in-process default opens nothing.
+    live_log_settings = LiveLogSettings()
+
+    async def shared_live_log() -> LiveLog[LaneItem]:
+        return await open_live_log(live_log_settings, LiveLaneCodec())
+
     # HOST-OBS-1/2: the durable event log (wire codec), live lane and pruning bounds.
     ctx.activity = ActivityFeed(
         ctx.clock,
@@ -61,6 +73,7 @@ def build(
             max_rows=settings.activity_event_max_rows,
             prune_interval_seconds=settings.activity_event_prune_interval_seconds,
         ),
+        live_log=shared_live_log if live_log_settings.bus == "nats" else None,
     )
 
     async def start_activity() -> None:

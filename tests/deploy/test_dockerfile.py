@@ -107,10 +107,11 @@ def test_image_is_multi_stage_from_python_311_slim() -> None:
 
 
 def test_builder_installs_the_distribution_into_a_venv() -> None:
-    """``pip install .`` into /opt/venv in the builder; the runtime copies only the venv."""
+    """``pip install '.[scale]'`` into /opt/venv in the builder; the runtime copies the venv."""
     builder_runs = " ".join(STAGES[0].of("RUN"))
     assert "python -m venv /opt/venv" in builder_runs
-    assert re.search(r"pip install (\S+ )*\.(\s|$)", builder_runs)
+    # The distribution with the NATS client of the live log (TUTTI_BUS=nats in production).
+    assert re.search(r"pip install (\S+ )*'\.\[scale\]'(\s|$)", builder_runs)
     copies = RUNTIME.of("COPY")
     assert copies == ["--from=builder /opt/venv /opt/venv"]
     assert any("PATH=/opt/venv/bin" in env for env in RUNTIME.of("ENV"))

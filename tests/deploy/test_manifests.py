@@ -488,7 +488,7 @@ def test_production_scales_stateless_services_behind_pdbs() -> None:
     budgets = of_kind(docs, "PodDisruptionBudget")
     for service, deployment in deployments.items():
         if service in SINGLETONS["production"] or service == "host":
-            # host: one pod, rolled surge first, until SCALE-2 and SCALE-3 land (ADR 0006).
+            # host: one pod, rolled surge first, until SCALE-2 lands (ADR 0006).
             assert service not in budgets
             continue
         assert deployment["spec"]["replicas"] >= 2, service

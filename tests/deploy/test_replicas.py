@@ -36,7 +36,7 @@ Document = dict[str, Any]
 REPLICATED = ("host", "livestream")
 """Rolled surge first with the drain behind preStop, on the bus."""
 MULTI_REPLICA = ("livestream",)
-"""Two or more replicas behind a PDB. host joins when SCALE-2 and SCALE-3 land (ADR 0006)."""
+"""Two or more replicas behind a PDB. host joins when SCALE-2 lands (ADR 0006)."""
 NATS_MEMBERS = 3
 NATS_CLIENT_PORT = 4222
 NATS_CLUSTER_PORT = 6222
@@ -126,7 +126,7 @@ def test_replicated_services_roll_without_losing_capacity(service: str) -> None:
 
 
 def test_host_runs_one_replica_without_a_budget_until_any_replica_reaches_its_runtime() -> None:
-    """host stays at one pod (and so without a PDB) until SCALE-2 and SCALE-3 land."""
+    """host stays at one pod (and so without a PDB) until SCALE-2 lands."""
     docs = production()
     assert of_kind(docs, "Deployment")["host"]["spec"]["replicas"] == 1
     assert "host" not in of_kind(docs, "PodDisruptionBudget")

@@ -26,6 +26,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -36,6 +37,9 @@ from services.host.repository import unit_of_work
 from services.host.repository.unit_of_work import ActivityOutbox, HostTransaction
 from store.database import Database
 from store.transactions import UnitOfWork
+
+if TYPE_CHECKING:
+    from services.host.activity.shared_lane import SharedLane
 
 __all__ = ["DeltaLane", "DeltaOutcome"]
 
@@ -93,6 +97,8 @@ class DeltaLane:
         cache_size: int = 8192,
     ) -> None:
         self.outbox = outbox
+        self.shared: SharedLane | None = None
+        """The live log shared with other replicas (``TUTTI_BUS=nats``), set at start."""
         self._broker = broker
         self._clock = clock
         self._live_turns = _Bounded(cache_size)
@@ -142,7 +148,10 @@ class DeltaLane:
                         reader = _LazyReader(database)
                     verdict = await self._check_stored(reader, delta)
                 if verdict == "ok":
-                    publish(LiveDelta(delta, self._clock()))
+                    live = LiveDelta(delta, self._clock())
+                    publish(live)
+                    if self.shared is not None:
+                        await self.shared.send_delta(live)
                     published += 1
                     continue
                 dropped += 1
@@ -155,6 +164,10 @@ class DeltaLane:
         for workspace_id, session_id in reconcile:
             await _write_reconcile(database, self.outbox, workspace_id, session_id)
         return DeltaOutcome(published, dropped, tuple(reconcile))
+
+    async def reconcile(self, database: Database, workspace_id: str, session_id: str) -> None:
+        """Write a durable ``session_reconcile_required`` (deltas of the Session were lost)."""
+        await _write_reconcile(database, self.outbox, workspace_id, session_id)
 
     def _check_cached(self, delta: MessageDelta) -> str | None:
         """The verdict from the caches alone, or None when the store must be read."""

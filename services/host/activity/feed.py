@@ -43,10 +43,11 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
 from domainerrors import OutOfRange, ResourceExhausted, Unavailable
+from livelog.interface import LiveLog
 from services.host.activity.broker import (
     ActivityBroker,
     CommittedBatch,
@@ -59,7 +60,9 @@ from services.host.activity.broker import (
 from services.host.activity.delta_lane import DeltaLane
 from services.host.activity.event_log import ActivityLog
 from services.host.activity.events import EventCodec, MessageDelta
+from services.host.activity.hint_relay import HintRelay
 from services.host.activity.log_follower import LogFollower, WakeHints
+from services.host.activity.shared_lane import LaneItem, SharedLane
 from services.host.repository import unit_of_work
 from services.host.repository.activity_events import LogBounds, StoredEvent
 from services.host.repository.unit_of_work import HostTransaction
@@ -77,6 +80,10 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 _TRACKED_TEXTS = 1024
+
+_LIVE_LOG_READY_SECONDS = 5.0
+"""How long a stream waits for its live-log subscription before it reports ready anyway
+(the bus is down: other replicas' deltas are then missing, and their publishers say so)."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,9 @@ class ActivityFeed:
             that build a bare ``HostContext``).
         settings: Bounds.
         wake_hints: Cross-process wake-ups for the log follower (a bus); none: it polls.
+        live_log: Opens the live log shared with other replicas (``TUTTI_BUS=nats``); at
+            start the deltas, the commit hints and the follower's wake-ups go through it
+            (ADR 0041). None: the in-process lane alone (the single-node default).
     """
 
     def __init__(
@@ -113,6 +123,7 @@ class ActivityFeed:
         codec: EventCodec | None = None,
         settings: FeedSettings | None = None,
         wake_hints: WakeHints | None = None,
+        live_log: Callable[[], Awaitable[LiveLog[LaneItem]]] | None = None,
     ) -> None:
         self.clock = clock
         self.settings = settings or FeedSettings()
@@ -125,12 +136,28 @@ class ActivityFeed:
             page_size=self.settings.page_size,
             hints=wake_hints,
         )
+        self._open_live_log = live_log
+        self.shared: SharedLane | None = None
+        self.relay: HintRelay | None = None
         self._pruner: asyncio.Task[None] | None = None
 
     async def start(self, database: Database) -> None:
-        """Start the pruner and the log follower (a server start hook)."""
+        """Start the shared lane, the pruner and the log follower (a server start hook).
+
+        Raises:
+            LiveLogUnavailable: the shared live log cannot be reached.
+        """
         if self.log is None:
             return
+        if self._open_live_log is not None:
+            shared = SharedLane(await self._open_live_log(), self.broker)
+            self.shared = shared
+            self.deltas.shared = shared
+            self.follower.hints = shared
+            self.follower.fence = shared.fence
+            self.relay = HintRelay(shared.log, interval_seconds=self.settings.idle_check_seconds)
+            shared.on_lost_hint = self.relay.owe
+            self.relay.start(database)
         await self.follower.start(database)
         self._pruner = asyncio.create_task(self._prune_forever(database))
 
@@ -141,7 +168,9 @@ class ActivityFeed:
             _log.info("ended %d activity watches for the drain", ended)
 
     async def stop(self, database: Database) -> None:
-        """Stop the pruner and the log follower (a server stop hook)."""
+        """Stop the pruner, the hint relay and the log follower (a server stop hook)."""
+        if self.relay is not None:
+            await self.relay.stop()
         await self.follower.stop()
         if self._pruner is not None:
             self._pruner.cancel()
@@ -304,6 +333,9 @@ async def watch_activity(
             _check_cursor(after_event_id, bounds)
         feed.follower.watch(workspace_id, bounds.workspace_head_seq)
         watching = True
+        if feed.shared is not None:
+            # Other replicas' deltas come through the live log: subscribed before ready.
+            await feed.shared.ready(workspace_id, _LIVE_LOG_READY_SECONDS)
         yield WatchReady(
             workspace_id,
             bounds.workspace_head,

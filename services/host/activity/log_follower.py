@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from services.host.activity.broker import ActivityBroker, CommittedBatch
@@ -75,6 +75,8 @@ class LogFollower:
         poll_seconds: Upper bound on how late another process's event is seen without a hint.
         page_size: Events per read.
         hints: Optional cross-process wake-up source.
+        fence: Optional wait before another process's events through a sequence are handed
+            on (the shared live lane: its deltas stored before them go first, ADR 0041).
     """
 
     def __init__(
@@ -84,11 +86,13 @@ class LogFollower:
         poll_seconds: float,
         page_size: int,
         hints: WakeHints | None = None,
+        fence: Callable[[str, int], Awaitable[None]] | None = None,
     ) -> None:
         self._broker = broker
+        self.fence = fence
         self._poll_seconds = poll_seconds
         self._page_size = max(1, page_size)
-        self._hints = hints
+        self.hints = hints
         self._seen: dict[str, int] = {}
         self._watchers: dict[str, int] = {}
         self._woken = asyncio.Event()
@@ -97,8 +101,8 @@ class LogFollower:
 
     async def start(self, database: Database) -> None:
         """Start following (a server start hook)."""
-        if self._hints is not None:
-            await self._hints.start(self.wake)
+        if self.hints is not None:
+            await self.hints.start(self.wake)
         self._task = asyncio.create_task(self._follow(database))
 
     async def stop(self) -> None:
@@ -108,8 +112,8 @@ class LogFollower:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        if self._hints is not None:
-            await self._hints.stop()
+        if self.hints is not None:
+            await self.hints.stop()
 
     def watch(self, workspace_id: str, head_seq: int) -> None:
         """A subscriber of ``workspace_id`` caught up through ``head_seq``: follow from there.
@@ -122,8 +126,8 @@ class LogFollower:
         self._watchers[workspace_id] = count + 1
         if count == 0:
             self._seen[workspace_id] = head_seq
-            if self._hints is not None:
-                self._hints.watch(workspace_id)
+            if self.hints is not None:
+                self.hints.watch(workspace_id)
         else:
             self._seen[workspace_id] = min(self._seen[workspace_id], head_seq)
 
@@ -135,8 +139,8 @@ class LogFollower:
             return
         self._watchers.pop(workspace_id, None)
         self._seen.pop(workspace_id, None)
-        if self._hints is not None:
-            self._hints.unwatch(workspace_id)
+        if self.hints is not None:
+            self.hints.unwatch(workspace_id)
 
     def wake(self, workspace_id: str | None = None) -> None:
         """Read the log now instead of at the next poll (the bus hook)."""
@@ -186,6 +190,8 @@ class LogFollower:
                 page = await self._read(database, workspace_id, seen)
                 if not page:
                     break
+                if self.fence is not None:
+                    await self.fence(workspace_id, page[-1].workspace_seq)
                 self._publish(workspace_id, page)
             else:
                 more = more or self._seen.get(workspace_id, head) < head

@@ -139,7 +139,25 @@ class RuntimeLinkRpcs:
                 (ItemResult(0, "rejected", message="report exceeds max_report_bytes"),),
                 "REPORT_TOO_LARGE",
             )
+        await self._settle_deltas(handle, report)
         return await link.apply_report(self.ctx, handle.identity, report_from_proto(report))
+
+    async def _settle_deltas(
+        self, handle: RuntimeLinkHandle, report: runtime_pb2.RuntimeReport
+    ) -> None:
+        """SCALE-3: the Session's deltas are in the shared live log before the report commits.
+
+        A delta the log may not hold becomes the Session's durable
+        ``session_reconcile_required``, committed before the report (ADR 0041).
+        """
+        shared = self.ctx.activity.shared
+        if shared is None or not handle.identity.may_access(report.workspace_id):
+            return
+        lost = await shared.settle(report.workspace_id, report.session_id)
+        if lost:
+            await self.ctx.activity.deltas.reconcile(
+                self.ctx.database, report.workspace_id, report.session_id
+            )
 
 
 async def _pump(handle: RuntimeLinkHandle, out: asyncio.Queue[Outgoing]) -> None:
