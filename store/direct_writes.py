@@ -26,8 +26,14 @@ Semantics are those of ``TransactionRunner.run(write=True)``:
   rollback) before the cancellation reaches it, so the write line is never released while the
   writer still holds SQLite's lock.
 
+A write function can also run inside an ORM transaction, on that transaction's connection
+(:class:`TransactionWriteConnection`, through ``AsyncConnection.run_sync``), so a write that is
+part of a larger ORM transaction (the activity append) has one implementation, not two.
+
 Only for transactions that change no activity (no ``activity_events`` rows): the activity
-outbox runs in ``services.host.repository.unit_of_work.run``.
+outbox, which builds the event set and publishes it after the commit, runs in
+``services.host.repository.unit_of_work.run``; its append is such a function
+(``repository.activity_events.append_events``), ready for a direct write that changes activity.
 """
 
 from __future__ import annotations
@@ -35,13 +41,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import Delete, Insert, Update
@@ -55,6 +61,7 @@ from store.write_queue import SqliteWriteSlotTimeout
 __all__ = [
     "DEFAULT_WRITE_CONNECTIONS",
     "DirectWrites",
+    "TransactionWriteConnection",
     "WriteConnection",
     "WriteStatement",
 ]
@@ -114,6 +121,67 @@ class WriteConnection:
         """Run a write statement with ``RETURNING``; its rows as plain tuples."""
         compiled = statement.compiled(self.backend)
         return [tuple(row) for row in self._connection.execute(compiled.sql, compiled.bind(params))]
+
+    def returned_each(
+        self, statement: WriteStatement, rows: Sequence[Mapping[str, Any]]
+    ) -> list[tuple[Any, ...]]:
+        """Run a one-row ``INSERT … RETURNING`` once per parameter row; results in row order.
+
+        One statement per row keeps the arity fixed (compiled once) and the order of the
+        returned rows that of ``rows`` on both backends.
+        """
+        compiled = statement.compiled(self.backend)
+        execute = self._connection.execute
+        found: list[tuple[Any, ...]] = []
+        for params in rows:
+            row = execute(compiled.sql, compiled.bind(params)).fetchone()
+            found.append(tuple(row))
+        return found
+
+
+class TransactionWriteConnection(WriteConnection):
+    """A :class:`WriteConnection` over an open SQLAlchemy transaction's sync ``Connection``.
+
+    So a write function runs inside an ORM transaction too (through
+    ``AsyncConnection.run_sync``): the same function, the same Core statements, executed by
+    SQLAlchemy on that transaction's connection instead of the driver's raw cursor. One
+    implementation of a write then serves both the direct path and a larger ORM transaction
+    that includes it.
+    """
+
+    def __init__(self, connection: Connection) -> None:
+        super().__init__(connection.dialect.name, connection)
+        self._sa = connection
+
+    def first(self, query: ReadQuery, params: Mapping[str, Any] | None = None) -> Any | None:
+        """The first row of ``query`` or ``None``; ``FOR UPDATE`` locks it."""
+        return self._sa.execute(query.statement, dict(params or {})).first()
+
+    def execute(self, statement: WriteStatement, params: Mapping[str, Any] | None = None) -> int:
+        """Run a write statement; return the number of rows it changed."""
+        result = self._sa.execute(statement.statement, dict(params or {}))
+        return int(getattr(result, "rowcount", 0) or 0)
+
+    def returned(
+        self, statement: WriteStatement, params: Mapping[str, Any] | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Run a write statement with ``RETURNING``; its rows as plain tuples."""
+        return [tuple(row) for row in self._sa.execute(statement.statement, dict(params or {}))]
+
+    def returned_each(
+        self, statement: WriteStatement, rows: Sequence[Mapping[str, Any]]
+    ) -> list[tuple[Any, ...]]:
+        """One execution for all rows; results in row order (``sort_by_parameter_order``).
+
+        SQLAlchemy's "insertmanyvalues" sends the rows as one multi-row ``INSERT`` where the
+        driver can return the rows in order (Postgres) and one row at a time where it cannot
+        (SQLite). ``statement`` must be built with ``returning(…, sort_by_parameter_order=True)``.
+        """
+        if not rows:
+            return []
+        if len(rows) == 1:
+            return self.returned(statement, rows[0])
+        return [tuple(row) for row in self._sa.execute(statement.statement, list(rows))]
 
 
 class _LostConnection(Exception):

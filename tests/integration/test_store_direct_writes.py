@@ -23,7 +23,12 @@ from sqlalchemy.engine import make_url
 from domainerrors import Unavailable
 from services.host.repository import command_acks
 from store.direct_reads import ReadQuery
-from store.direct_writes import DirectWrites, WriteConnection, WriteStatement
+from store.direct_writes import (
+    DirectWrites,
+    TransactionWriteConnection,
+    WriteConnection,
+    WriteStatement,
+)
 from store.engine import create_async_engine_for, sqlite_write_queue
 from store.models import RuntimeCommandOutbox, Session
 
@@ -267,10 +272,26 @@ def _commands(engine: Engine) -> dict[str, tuple[str, str | None, int]]:
     return {str(r[0]): (str(r[1]), r[2], int(r[3])) for r in rows}
 
 
+async def _on_orm_transaction(
+    writes: DirectWrites, url: str, write: Callable[[WriteConnection], ResultT]
+) -> ResultT:
+    """``write`` on an ORM transaction's connection instead of the writer thread's."""
+    del writes
+    engine = create_async_engine_for(url)
+    try:
+        async with engine.begin() as connection:
+            return await connection.run_sync(lambda sync: write(TransactionWriteConnection(sync)))
+    finally:
+        await engine.dispose()
+
+
 @pytest.mark.spec("HOST-RT-5", "HOST-SES-6")
+@pytest.mark.parametrize("path", ["direct", "orm_transaction"])
 def test_an_acknowledgement_settles_its_row_by_the_outbox_rules(
-    migrated_db_url: str, sync_engine: Engine
+    migrated_db_url: str, sync_engine: Engine, path: str
 ) -> None:
+    """The same write function gives the same rows on the writer thread and in an ORM
+    transaction (``TransactionWriteConnection``): one implementation serves both."""
     _add_session(sync_engine, "s-1")
     _add_command(sync_engine, "c-accepted", "start_turn")
     _add_command(sync_engine, "c-failed", "start_turn")
@@ -292,7 +313,11 @@ def test_an_acknowledgement_settles_its_row_by_the_outbox_rules(
         return lambda conn: command_acks.record_ack(conn, command_id, status, detail, 50)
 
     async def body(writes: DirectWrites) -> list[command_acks.AckOutcome]:
-        return [await writes.run(acknowledge(*ack)) for ack in acks]
+        if path == "direct":
+            return [await writes.run(acknowledge(*ack)) for ack in acks]
+        return [
+            await _on_orm_transaction(writes, migrated_db_url, acknowledge(*ack)) for ack in acks
+        ]
 
     outcomes = _with_writes(migrated_db_url, body)
     assert [(o.found, o.applied, o.state, o.error) for o in outcomes] == [

@@ -12,7 +12,11 @@ workspaces take different rows and no longer wait for each other (they used to s
 their heads in workspace order, so two such transactions cannot deadlock. SQLite serializes
 writers anyway; the same statements run there.
 
-Readers use :class:`EventLogRepository` on the transaction's ``AsyncSession``.
+The append is :func:`append_events`, a synchronous function of a write transaction
+(``store.direct_writes``): a direct write calls it on its own connection, and
+:meth:`EventLogRepository.append` runs it on the ORM transaction's connection, so there is one
+implementation of the append. Readers use :class:`EventLogRepository` on the transaction's
+``AsyncSession``.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ from typing import Any, Final, cast
 
 from sqlalchemy import (
     BigInteger,
-    Executable,
     Table,
     Text,
     and_,
@@ -42,6 +45,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
+from store.direct_writes import TransactionWriteConnection, WriteConnection, WriteStatement
 from store.models import ActivityEvent, ActivityEventRetention, WorkspaceEventHead
 
 __all__ = [
@@ -51,6 +55,7 @@ __all__ = [
     "LogBounds",
     "NewEventRow",
     "StoredEvent",
+    "append_events",
 ]
 
 EVENT_PRUNE_LOCK = 0x7475_7474_6965_7632
@@ -66,25 +71,36 @@ _RETENTION_TABLE: Final = cast(Table, ActivityEventRetention.__table__)
 _HEADS_TABLE: Final = cast(Table, WorkspaceEventHead.__table__)
 
 
-def _bump_head(dialect_insert: Any) -> Executable:
+def _bump_head(dialect_insert: Any) -> WriteStatement:
     """``last_seq += :count`` for one workspace (created at ``:count``); returns the new value."""
     statement = dialect_insert(_HEADS_TABLE).values(
         workspace_id=bindparam("workspace_id"), last_seq=bindparam("count")
     )
-    bump: Executable = statement.on_conflict_do_update(
+    bump = statement.on_conflict_do_update(
         index_elements=[_HEADS_TABLE.c.workspace_id],
         set_={"last_seq": _HEADS_TABLE.c.last_seq + statement.excluded.last_seq},
     ).returning(_HEADS_TABLE.c.last_seq)
-    return bump
+    return WriteStatement(bump)
 
 
-# Built once (compiled-statement cache): the append runs in every writing transaction.
+# Built once and compiled once per backend: the append runs in every writing transaction, on
+# the ORM path (through ``EventLogRepository.append``) and in direct writes alike.
 _BUMP_HEAD: Final = {
     "postgresql": _bump_head(postgresql.insert),
     "sqlite": _bump_head(sqlite.insert),
 }
-_INSERT_EVENTS: Final = insert(_EVENTS_TABLE).returning(
-    _EVENTS_TABLE.c.id, sort_by_parameter_order=True
+_EVENT_COLUMNS: Final = (
+    "workspace_id",
+    "workspace_seq",
+    "session_id",
+    "event_type",
+    "payload",
+    "created_at_unix_ms",
+)
+_INSERT_EVENT: Final = WriteStatement(
+    insert(_EVENTS_TABLE)
+    .values({name: bindparam(name) for name in _EVENT_COLUMNS})
+    .returning(_EVENTS_TABLE.c.id, sort_by_parameter_order=True)
 )
 
 
@@ -163,6 +179,54 @@ class LogBounds:
     workspace_head_seq: int = 0
 
 
+def append_events(conn: WriteConnection, rows: Sequence[NewEventRow]) -> dict[str, AppendedRun]:
+    """Append rows in order, numbered per workspace, in the open write transaction.
+
+    Per workspace (in workspace order, so two multi-workspace appends cannot deadlock) one
+    statement bumps the head row by the number of its rows; its lock orders this append after
+    every earlier one of the workspace and before every later one, until the transaction ends.
+    Then the rows are inserted with their ``workspace_seq``, their ids returned in row order.
+
+    Args:
+        conn: the transaction: a direct write's, or an ORM transaction's connection
+            (``EventLogRepository.append``).
+        rows: the rows, in the order their ids are to increase.
+
+    Returns:
+        Per workspace, its previous sequence number and the new ids in row order.
+    """
+    if not rows:
+        return {}
+    per_workspace: dict[str, int] = {}
+    for row in rows:
+        per_workspace[row.workspace_id] = per_workspace.get(row.workspace_id, 0) + 1
+    bump = _BUMP_HEAD[conn.backend]
+    next_seq: dict[str, int] = {}
+    result: dict[str, AppendedRun] = {}
+    for workspace_id in sorted(per_workspace):
+        count = per_workspace[workspace_id]
+        last = int(conn.returned(bump, {"workspace_id": workspace_id, "count": count})[0][0])
+        result[workspace_id] = AppendedRun(previous_seq=last - count, ids=[])
+        next_seq[workspace_id] = last - count + 1
+    parameters = []
+    for row in rows:
+        seq = next_seq[row.workspace_id]
+        next_seq[row.workspace_id] = seq + 1
+        parameters.append(
+            {
+                "workspace_id": row.workspace_id,
+                "workspace_seq": seq,
+                "session_id": row.session_id,
+                "event_type": row.event_type,
+                "payload": row.payload,
+                "created_at_unix_ms": row.created_at_unix_ms,
+            }
+        )
+    for row, (new_id,) in zip(rows, conn.returned_each(_INSERT_EVENT, parameters), strict=True):
+        result[row.workspace_id].ids.append(int(new_id))
+    return result
+
+
 class EventLogRepository:
     """Appends, reads and prunes the log inside one ``AsyncSession`` transaction."""
 
@@ -172,49 +236,15 @@ class EventLogRepository:
     async def append(self, rows: Sequence[NewEventRow]) -> dict[str, AppendedRun]:
         """Append rows in order, numbered per workspace; per workspace what was written.
 
-        Per workspace (in workspace order, so two multi-workspace appends cannot deadlock)
-        one statement bumps the head row by the number of its rows; its lock orders this
-        append after every earlier one of the workspace and before every later one, until
-        the transaction ends. Then one multi-row ``INSERT`` writes every row with its
-        ``workspace_seq`` and returns the ids in row order (one statement on Postgres;
-        SQLite's ``RETURNING`` order is unspecified, so SQLAlchemy sends that ordered insert
-        one row at a time there).
+        :func:`append_events` on this transaction's connection (one implementation for the
+        ORM path and direct writes).
         """
         if not rows:
             return {}
-        per_workspace: dict[str, int] = {}
-        for row in rows:
-            per_workspace[row.workspace_id] = per_workspace.get(row.workspace_id, 0) + 1
-        bump = _BUMP_HEAD[self._db.get_bind().dialect.name]
-        next_seq: dict[str, int] = {}
-        result: dict[str, AppendedRun] = {}
-        for workspace_id in sorted(per_workspace):
-            count = per_workspace[workspace_id]
-            last = (
-                await self._db.execute(bump, {"workspace_id": workspace_id, "count": count})
-            ).scalar_one()
-            result[workspace_id] = AppendedRun(previous_seq=int(last) - count, ids=[])
-            next_seq[workspace_id] = int(last) - count + 1
-        parameters = []
-        for row in rows:
-            seq = next_seq[row.workspace_id]
-            next_seq[row.workspace_id] = seq + 1
-            parameters.append(
-                {
-                    "workspace_id": row.workspace_id,
-                    "workspace_seq": seq,
-                    "session_id": row.session_id,
-                    "event_type": row.event_type,
-                    "payload": row.payload,
-                    "created_at_unix_ms": row.created_at_unix_ms,
-                }
-            )
-        # SQLAlchemy returns the ids in the order of the parameter rows
-        # (``sort_by_parameter_order``), so row i gets the i-th id.
-        new_ids = (await self._db.execute(_INSERT_EVENTS, parameters)).scalars()
-        for row, new_id in zip(rows, new_ids, strict=True):
-            result[row.workspace_id].ids.append(int(new_id))
-        return result
+        connection = await self._db.connection()
+        return await connection.run_sync(
+            lambda sync: append_events(TransactionWriteConnection(sync), rows)
+        )
 
     async def bounds(self, workspace_id: str) -> LogBounds:
         """The workspace head (0 when empty), the log head and the workspace's retention bound."""
