@@ -128,8 +128,10 @@ class JetStreamLiveLog(Generic[T]):
         # the stream check are bounded here: past the bound the caller fails to start and
         # its orchestrator restarts it, instead of a process that is never ready.
         client = NatsClient()
+        deadline = asyncio.timeout(bound)
+        _log.info("live log: connecting to NATS at %s (up to %g s)", settings.nats_url, bound)
         try:
-            async with asyncio.timeout(bound):
+            async with deadline:
                 await client.connect(
                     servers=[url.strip() for url in settings.nats_url.split(",") if url.strip()],
                     name=name,
@@ -138,8 +140,9 @@ class JetStreamLiveLog(Generic[T]):
                     pending_size=0,
                     allow_reconnect=True,
                     max_reconnect_attempts=-1,
-                    reconnect_time_wait=0.25,
-                    connect_timeout=min(2.0, bound),
+                    # nats-py annotates this int but sleeps for it as seconds (a float).
+                    reconnect_time_wait=0.25,  # type: ignore[arg-type]
+                    connect_timeout=2,
                     reconnected_cb=reconnected,
                     disconnected_cb=disconnected,
                     error_cb=error,
@@ -149,6 +152,8 @@ class JetStreamLiveLog(Generic[T]):
                 await log._ensure_stream()
         except TimeoutError as err:
             await _close_quietly(client)
+            if not deadline.expired():  # the server answered a request too late, not the bound
+                raise LiveLogUnavailable(f"NATS at {settings.nats_url}: {err!r}") from err
             last = f": {first_attempts[-1]}" if first_attempts else ""
             raise LiveLogUnavailable(
                 f"NATS at {settings.nats_url} unreachable within {bound:g} s{last}"
