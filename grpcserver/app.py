@@ -329,16 +329,30 @@ async def serve(
 ) -> int:
     """Run a service until SIGTERM/SIGINT, then drain and return the exit code 0.
 
-    A :class:`~grpcserver.settings.StartupError` (port in use, unreadable TLS file) is
-    logged as one ERROR line without a traceback and returns exit code 1.
+    A :class:`~grpcserver.settings.StartupError` (port in use, unreadable TLS file, a
+    dependency a start hook could not reach in its bound) is logged as one ERROR line without
+    a traceback and returns exit code 1. SIGTERM/SIGINT while the start hooks run ends the
+    start (hooks cancelled, port closed) and returns 0.
     """
     configure_logging(definition.name, level=settings.log_level, fmt=settings.log_format)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    # A start hook may wait on a dependency (the live log's first connection); a stop signal
+    # meanwhile ends the start at once, as a drain of a server that never served (exit 0).
+    starting = asyncio.create_task(start_server(definition, settings))
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait((starting, stopping), return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not starting.done():
+        log.info("stopped during start")
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError, StartupError):
+            await starting
+        return 0
     try:
-        running = await start_server(definition, settings)
+        running = starting.result()
     except StartupError as error:
         log.error("%s failed to start: %s", definition.name, error)
         return 1

@@ -97,9 +97,12 @@ class JetStreamLiveLog(Generic[T]):
         """Connect to ``settings.nats_url`` and make sure the stream exists with its bounds.
 
         Raises:
-            LiveLogUnavailable: the server cannot be reached.
+            LiveLogUnavailable: the server cannot be reached within
+                ``settings.nats_connect_timeout_seconds``.
         """
         holder: dict[str, JetStreamLiveLog[T]] = {}
+        # The last error of the first connection's attempts, for the one line that says why.
+        first_attempts: list[Exception] = []
 
         async def reconnected() -> None:
             log = holder.get("log")
@@ -112,31 +115,55 @@ class JetStreamLiveLog(Generic[T]):
                 _log.warning("live log: NATS connection lost; reconnecting")
 
         async def error(err: Exception) -> None:
+            if "log" not in holder:
+                # Attempts of the first connection: the bound below ends them with one line.
+                first_attempts[:] = [err]
+                _log.debug("live log: NATS connect attempt failed: %s", err)
+                return
             _log.warning("live log: NATS error: %s", err)
 
+        bound = settings.nats_connect_timeout_seconds
+        # The client retries the first connection without end (allow_reconnect with
+        # max_reconnect_attempts=-1, which later outages need), so the first connection and
+        # the stream check are bounded here: past the bound the caller fails to start and
+        # its orchestrator restarts it, instead of a process that is never ready.
+        client = NatsClient()
+        deadline = asyncio.timeout(bound)
+        _log.info("live log: connecting to NATS at %s (up to %g s)", settings.nats_url, bound)
         try:
-            client = await nats.connect(
-                servers=[url.strip() for url in settings.nats_url.split(",") if url.strip()],
-                name=name,
-                # No reconnect buffer: a publication while the connection is down fails at
-                # once (typed) instead of being sent later, after items published since.
-                pending_size=0,
-                allow_reconnect=True,
-                max_reconnect_attempts=-1,
-                reconnect_time_wait=0.25,
-                connect_timeout=2,
-                reconnected_cb=reconnected,
-                disconnected_cb=disconnected,
-                error_cb=error,
-            )
+            async with deadline:
+                await client.connect(
+                    servers=[url.strip() for url in settings.nats_url.split(",") if url.strip()],
+                    name=name,
+                    # No reconnect buffer: a publication while the connection is down fails
+                    # at once (typed) instead of being sent later, after items published since.
+                    pending_size=0,
+                    allow_reconnect=True,
+                    max_reconnect_attempts=-1,
+                    # nats-py annotates this int but sleeps for it as seconds (a float).
+                    reconnect_time_wait=0.25,  # type: ignore[arg-type]
+                    connect_timeout=2,
+                    reconnected_cb=reconnected,
+                    disconnected_cb=disconnected,
+                    error_cb=error,
+                )
+                log = cls(settings, codec, client)
+                holder["log"] = log
+                await log._ensure_stream()
+        except TimeoutError as err:
+            await _close_quietly(client)
+            if not deadline.expired():  # the server answered a request too late, not the bound
+                raise LiveLogUnavailable(f"NATS at {settings.nats_url}: {err!r}") from err
+            last = f": {first_attempts[-1]}" if first_attempts else ""
+            raise LiveLogUnavailable(
+                f"NATS at {settings.nats_url} unreachable within {bound:g} s{last}"
+            ) from err
         except _UNAVAILABLE as err:
+            await _close_quietly(client)
             raise LiveLogUnavailable(f"NATS at {settings.nats_url} unreachable: {err}") from err
-        log = cls(settings, codec, client)
-        holder["log"] = log
-        try:
-            await log._ensure_stream()
         except BaseException:
-            await client.close()
+            # Cancelled (a stop signal during the wait) or a failure of the stream check.
+            await _close_quietly(client)
             raise
         return log
 
@@ -552,3 +579,9 @@ class _JetStreamSubscription(Generic[T]):
         self._closed = True
         self._log._subscriptions.discard(self)
         await self._teardown()
+
+
+async def _close_quietly(client: NatsClient) -> None:
+    """Close a client whose first connection did not complete (its tasks end with it)."""
+    with contextlib.suppress(Exception):
+        await client.close()

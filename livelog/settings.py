@@ -22,6 +22,12 @@ class LiveLogSettings(BaseSettings):
     nats_url: str = "nats://127.0.0.1:4222"
     """NATS server URL(s), comma-separated (``TUTTI_NATS_URL``); used with ``bus=nats``."""
 
+    nats_connect_timeout_seconds: float = Field(default=10.0, gt=0)
+    """How long the first connection to NATS (and the stream check) may take
+    (``TUTTI_NATS_CONNECT_TIMEOUT_SECONDS``); past it the live log is unavailable and a
+    service that needs it fails to start, so its orchestrator restarts it with backoff. Once
+    connected, a later outage is retried without end."""
+
     live_log_stream: str = Field(default="TUTTI_LIVE", pattern=r"^[A-Za-z0-9_-]+$")
     """JetStream stream holding every workspace's subject (``TUTTI_LIVE_LOG_STREAM``)."""
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from agentactivity.host.v1 import host_pb2, host_pb2_grpc, runtime_pb2, runtime_pb2_grpc
 from grpcserver.app import ServiceDefinition, definition_for
+from grpcserver.settings import StartupError
 from livelog.factory import open_live_log
-from livelog.interface import LiveLog
+from livelog.interface import LiveLog, LiveLogUnavailable
 from livelog.settings import LiveLogSettings
 from services.host.activity.feed import ActivityFeed, FeedSettings
 from services.host.activity.shared_lane import LaneItem
@@ -77,7 +78,12 @@ def build(
     )
 
     async def start_activity() -> None:
-        await ctx.activity.start(database)
+        try:
+            await ctx.activity.start(database)
+        except LiveLogUnavailable as error:
+            # One line naming the URL and a non-zero exit: the orchestrator restarts the pod
+            # with backoff rather than keeping one that can never serve the live lane.
+            raise StartupError(f"live log: {error}") from error
 
     async def stop_activity() -> None:
         await ctx.activity.stop(database)
