@@ -16,8 +16,11 @@
    when it follows the last emitted sequence (``previous_seq``), skipped when already emitted,
    and otherwise the gap is read from the log up to the batch's last sequence (a batch
    published out of order, or a writer that did not publish: the follower's next read brings
-   it). Reads are never needed to notice an event: the follower publishes whatever reached
-   the log without reaching the broker.
+   it). With the shared lane the gap may hold another replica's events whose deltas are
+   still on their way, so the batch is parked instead: the follower reads the gap behind its
+   fence (ADR 0041 §6) and the parked batch follows once the stream reached it, or the gap is
+   read here after the fence timeout. Reads are never needed to notice an event: the
+   follower publishes whatever reached the log without reaching the broker.
 
 Causal order: the runtime link publishes a delta before it reads the runtime's next report,
 and a report's events are published only after its commit (by the observer or, later, by the

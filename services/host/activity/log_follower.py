@@ -12,6 +12,11 @@ of every workspace watched here:
   after what it saw, page by page, and publishes them to the broker as a
   :class:`~services.host.activity.broker.CommittedBatch` (``local=False``).
 
+With a fence (the shared live lane, ADR 0041 §6) it fences every moved workspace once per
+round, all at once, before reading through the head it fenced; and a batch of this process's
+that lands past a gap does not move it past the gap: it reads the gap itself, behind the
+fence, while the subscribers park that batch.
+
 Subscribers order, deduplicate and gap-fill by ``workspace_seq`` exactly as for their own
 process's batches, so an event reaches each subscriber once and in order whichever path
 brought it. A followed batch enters the subscriber's FIFO after the event committed; a delta
