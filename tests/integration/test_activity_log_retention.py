@@ -21,6 +21,9 @@ from sqlalchemy import Engine, delete, event, insert, select
 from agentactivity.host.v1 import host_pb2
 from domainerrors import OutOfRange
 from services.host.activity.feed import ActivityFeed, FeedSettings, WatchReady, watch_activity
+from services.host.repository import unit_of_work
+from services.host.repository.unit_of_work import HostTransaction
+from services.host.wire.activity_codec import ProtoEventCodec
 from store import migrate
 from store.database import Database
 from store.engine import create_sync_engine_for
@@ -420,3 +423,45 @@ def test_a_prune_during_the_catch_up_ends_the_watch_out_of_range_instead_of_skip
     seen, error = asyncio.run(scenario())
     assert seen == ids[:2], "nothing after the pruned gap was streamed"
     assert error.reason == "EVENT_CURSOR_EXPIRED"
+
+
+@pytest.mark.spec("HOST-OBS-2")
+def test_a_prune_inside_a_live_gap_names_the_oldest_retained_event_like_the_catch_up(
+    migrated_db_url: str, sync_engine: Engine
+) -> None:
+    """A live stream reading a gap by sequence finds it pruned: its expiry carries the same
+    ``oldest_retained_event_id`` as a catch-up expiry, plus the sequence cursor."""
+    _append(sync_engine, "ws-live", NOW - 900)
+    feed = ActivityFeed(
+        lambda: NOW, ProtoEventCodec(), FeedSettings(max_rows=1, idle_check_seconds=600.0)
+    )
+
+    async def scenario() -> tuple[list[int], OutOfRange]:
+        database = Database(migrated_db_url)
+        await database.start()
+        stream = watch_activity(feed, database, "ws-live", None)
+        try:
+            ready = await anext(stream)
+            assert isinstance(ready, WatchReady)
+            assert ready.head_workspace_seq == 1
+            live = asyncio.ensure_future(anext(stream))
+            # Another writer's events (not published here), then all but the newest pruned.
+            gap = _append(sync_engine, "ws-live", NOW - 800, 3)
+            assert await feed.prune(database) == 3
+
+            async def local(tx: HostTransaction) -> None:
+                tx.session_rows.request_reconcile("ws-live", "local")
+
+            await unit_of_work.run(database, local, outbox=feed.log)  # past the gap
+            with pytest.raises(OutOfRange) as refused:
+                async with asyncio.timeout(30):
+                    await live
+            return gap, refused.value
+        finally:
+            await stream.aclose()
+            await database.stop()
+
+    gap, error = asyncio.run(scenario())
+    assert error.reason == "EVENT_CURSOR_EXPIRED"
+    assert error.metadata["after_workspace_seq"] == "1"
+    assert error.metadata["oldest_retained_event_id"] == str(gap[1] + 1) == str(gap[2])

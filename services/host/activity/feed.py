@@ -16,8 +16,11 @@
    when it follows the last emitted sequence (``previous_seq``), skipped when already emitted,
    and otherwise the gap is read from the log up to the batch's last sequence (a batch
    published out of order, or a writer that did not publish: the follower's next read brings
-   it). Reads are never needed to notice an event: the follower publishes whatever reached
-   the log without reaching the broker.
+   it). With the shared lane the gap may hold another replica's events whose deltas are
+   still on their way, so the batch is parked instead: the follower reads the gap behind its
+   fence (ADR 0041 §6) and the parked batch follows once the stream reached it, or the gap is
+   read here after the fence timeout. Reads are never needed to notice an event: the
+   follower publishes whatever reached the log without reaching the broker.
 
 Causal order: the runtime link publishes a delta before it reads the runtime's next report,
 and a report's events are published only after its commit (by the observer or, later, by the
@@ -158,7 +161,13 @@ class ActivityFeed:
             self.relay = HintRelay(shared.log, interval_seconds=self.settings.idle_check_seconds)
             shared.on_lost_hint = self.relay.owe
             self.relay.start(database)
-        await self.follower.start(database)
+        try:
+            await self.follower.start(database)
+        except BaseException:
+            # No stop hook runs for a start that failed: the relay task would outlive it.
+            if self.relay is not None:
+                await self.relay.stop()
+            raise
         self._pruner = asyncio.create_task(self._prune_forever(database))
 
     async def end_watches(self) -> None:
@@ -243,19 +252,26 @@ async def _read(
     resubscription). Without it a prune racing the catch-up would drop events silently.
     """
 
-    async def read(tx: HostTransaction) -> tuple[list[StoredEvent], int]:
+    async def read(tx: HostTransaction) -> tuple[list[StoredEvent], int, int]:
         if by_seq:
             page = await tx.events.after_seq(workspace_id, after, up_to=up_to, limit=limit)
-            return page, await tx.events.pruned_through_seq(workspace_id)
+            pruned_seq = await tx.events.pruned_through_seq(workspace_id)
+            return page, pruned_seq, await tx.events.pruned_through(workspace_id)
         page = await tx.events.after(workspace_id, after, up_to=up_to, limit=limit)
-        return page, await tx.events.pruned_through(workspace_id)
+        pruned_id = await tx.events.pruned_through(workspace_id)
+        return page, pruned_id, pruned_id
 
-    page, pruned = await unit_of_work.run(database, read, write=False)
+    page, pruned, pruned_id = await unit_of_work.run(database, read, write=False)
     if pruned > after:
+        # Both paths name the oldest retained id: the consumer's reconcile starts there.
         metadata = (
-            {"after_event_id": str(resume_id), "after_workspace_seq": str(after)}
+            {
+                "after_event_id": str(resume_id),
+                "after_workspace_seq": str(after),
+                "oldest_retained_event_id": str(pruned_id + 1),
+            }
             if by_seq
-            else {"after_event_id": str(after), "oldest_retained_event_id": str(pruned + 1)}
+            else {"after_event_id": str(after), "oldest_retained_event_id": str(pruned_id + 1)}
         )
         raise OutOfRange(
             f"events after {after} were pruned while this stream read them; "
@@ -350,32 +366,74 @@ async def watch_activity(
         # Caught up through the head: from here on the stream follows the workspace sequence.
         cursor.last_seq = bounds.workspace_head_seq
         texts = _LiveTexts()
+        parked = _ParkedBatches()
         while True:
-            item = await _next_live(subscription, cursor.last)
+            item = await _next_live(subscription, cursor.last, parked)
             if isinstance(item, LiveDelta):
                 texts.apply(item.delta)
                 yield WatchDelta(item.delta, cursor.last, item.received_at_unix_ms, cursor.last_seq)
-            elif item.last_seq <= cursor.last_seq:
                 continue
-            elif item.previous_seq <= cursor.last_seq:
-                for stored in cursor.follow(item, texts):
+            async with contextlib.aclosing(_committed(feed, cursor, texts, parked, item)) as new:
+                async for stored in new:
                     yield stored
-            else:
-                async with contextlib.aclosing(cursor.read_gap(item.last_seq)) as gap:
-                    async for stored in gap:
-                        yield stored
     finally:
         subscription.close()
         if watching:
             feed.follower.unwatch(workspace_id)
 
 
-async def _next_live(subscription: Subscription, last: int) -> LiveItem:
-    """The subscription's next item, its end mapped to the stream's error."""
+async def _committed(
+    feed: ActivityFeed,
+    cursor: _Cursor,
+    texts: _LiveTexts,
+    parked: _ParkedBatches,
+    batch: CommittedBatch | None,
+) -> AsyncGenerator[StoredEvent, None]:
+    """The events a committed batch brings the stream, in sequence (None: the park expired).
+
+    A batch that follows the last emitted sequence is emitted, one already emitted skipped,
+    and a gap is read from the log up to the batch — except with the shared lane, where the
+    batch is parked until the follower has handed the gap on behind its fence.
+    """
+    if batch is None:
+        # The follower did not bring the gap in time (the bus is down): read it here.
+        async with contextlib.aclosing(cursor.read_gap(parked.release())) as gap:
+            async for stored in gap:
+                yield stored
+        return
+    if batch.last_seq <= cursor.last_seq:
+        pass
+    elif batch.previous_seq <= cursor.last_seq:
+        for stored in cursor.follow(batch, texts):
+            yield stored
+    elif feed.shared is not None:
+        # Another replica's events in the gap go out only after its earlier deltas
+        # (ADR 0041 §6): the follower reads them behind a fence, so they arrive after.
+        parked.park(batch, feed.shared.fence_timeout_seconds + feed.settings.idle_check_seconds)
+        feed.follower.wake(cursor.workspace_id)
+    else:
+        async with contextlib.aclosing(cursor.read_gap(batch.last_seq)) as gap:
+            async for stored in gap:
+                yield stored
+    for ready in parked.take_ready(cursor.last_seq):
+        for stored in cursor.follow(ready, texts):
+            yield stored
+
+
+async def _next_live(
+    subscription: Subscription, last: int, parked: _ParkedBatches
+) -> LiveItem | None:
+    """The subscription's next item; None once a parked batch's deadline passed.
+
+    The subscription's end is mapped to the stream's error.
+    """
+    wait_seconds = parked.wait_seconds()
+    if wait_seconds == 0.0:
+        return None  # checked before reading: a flood of deltas must not hold it forever
     try:
         while True:
-            item = await subscription.next(None)
-            if item is not None:
+            item = await subscription.next(wait_seconds)
+            if item is not None or wait_seconds is not None:
                 return item
     except SubscriberOverflow:
         raise ResourceExhausted(
@@ -392,6 +450,57 @@ async def _next_live(subscription: Subscription, last: int) -> LiveItem:
         ) from None
 
 
+class _ParkedBatches:
+    """This process's batches that arrived past a gap, waiting for the follower to fill it.
+
+    With the shared lane the gap may hold another replica's events whose deltas are still on
+    their way; the follower hands those on behind a fence, so the deltas arrive first. A
+    batch waits until the stream reached its ``previous_seq``, or until the deadline; then
+    the stream reads the gap itself, as without the shared lane.
+    """
+
+    def __init__(self) -> None:
+        self._batches: list[CommittedBatch] = []
+        self._deadline: float | None = None
+
+    def park(self, batch: CommittedBatch, wait_seconds: float) -> None:
+        """Hold ``batch``; the first parked batch sets the deadline."""
+        self._batches.append(batch)
+        if self._deadline is None:
+            self._deadline = asyncio.get_running_loop().time() + wait_seconds
+
+    def wait_seconds(self) -> float | None:
+        """How long the stream may wait for its next item (None: no batch waits)."""
+        if self._deadline is None:
+            return None
+        return max(0.0, self._deadline - asyncio.get_running_loop().time())
+
+    def take_ready(self, last_seq: int) -> list[CommittedBatch]:
+        """The parked batches that now follow ``last_seq``, in order; drops covered ones."""
+        ready: list[CommittedBatch] = []
+        while self._batches:
+            waiting = [batch for batch in self._batches if batch.last_seq > last_seq]
+            follows = [batch for batch in waiting if batch.previous_seq <= last_seq]
+            if not follows:
+                self._batches = waiting
+                break
+            batch = min(follows, key=lambda candidate: candidate.previous_seq)
+            ready.append(batch)
+            waiting.remove(batch)
+            self._batches = waiting
+            last_seq = batch.last_seq
+        if not self._batches:
+            self._deadline = None
+        return ready
+
+    def release(self) -> int:
+        """Give up waiting: the highest sequence the parked batches reach (the gap's end)."""
+        through = max(batch.last_seq for batch in self._batches)
+        self._batches = []
+        self._deadline = None
+        return through
+
+
 class _Cursor:
     """Where a stream stands and the reads that advance it.
 
@@ -401,7 +510,7 @@ class _Cursor:
 
     def __init__(self, database: Database, workspace_id: str, page_size: int, last: int) -> None:
         self._database = database
-        self._workspace_id = workspace_id
+        self.workspace_id = workspace_id
         self._page_size = page_size
         self.last = last
         self.last_seq = 0
@@ -413,9 +522,7 @@ class _Cursor:
     async def read_until(self, up_to: int) -> AsyncGenerator[StoredEvent, None]:
         """The log's events after id ``last`` through id ``up_to``, page by page (catch-up)."""
         while self.last < up_to:
-            page = await _read(
-                self._database, self._workspace_id, self.last, up_to, self._page_size
-            )
+            page = await _read(self._database, self.workspace_id, self.last, up_to, self._page_size)
             if not page:
                 break
             for stored in page:
@@ -427,7 +534,7 @@ class _Cursor:
         while self.last_seq < up_to_seq:
             page = await _read(
                 self._database,
-                self._workspace_id,
+                self.workspace_id,
                 self.last_seq,
                 up_to_seq,
                 self._page_size,

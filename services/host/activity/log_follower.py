@@ -12,6 +12,11 @@ of every workspace watched here:
   after what it saw, page by page, and publishes them to the broker as a
   :class:`~services.host.activity.broker.CommittedBatch` (``local=False``).
 
+With a fence (the shared live lane, ADR 0041 §6) it fences every moved workspace once per
+round, all at once, before reading through the head it fenced; and a batch of this process's
+that lands past a gap does not move it past the gap: it reads the gap itself, behind the
+fence, while the subscribers park that batch.
+
 Subscribers order, deduplicate and gap-fill by ``workspace_seq`` exactly as for their own
 process's batches, so an event reaches each subscriber once and in order whichever path
 brought it. A followed batch enters the subscriber's FIFO after the event committed; a delta
@@ -153,9 +158,15 @@ class LogFollower:
 
     def _observe(self, batch: CommittedBatch) -> None:
         seen = self._seen.get(batch.workspace_id)
-        if seen is not None and batch.last_seq > seen:
-            # A batch past a gap still covers the gap: its subscribers read the gap themselves.
-            self._seen[batch.workspace_id] = batch.last_seq
+        if seen is None or batch.last_seq <= seen:
+            return
+        if self.fence is not None and batch.previous_seq > seen:
+            # The gap may hold another replica's events: they must go out behind a fence
+            # (ADR 0041 §6), so the follower reads it now; subscribers park this batch.
+            self._woken.set()
+            return
+        # Without a fence a batch past a gap still covers it: subscribers read the gap.
+        self._seen[batch.workspace_id] = batch.last_seq
 
     async def _follow(self, database: Database) -> None:
         while True:
@@ -181,25 +192,36 @@ class LogFollower:
             for workspace_id, head in (await unit_of_work.run(database, heads, write=False)).items()
             if head > self._seen.get(workspace_id, head)
         ]
+        up_to: int | None = None
         more = False
+        if self.fence is not None and moved:
+            # One fence per moved workspace per round, all at once, before the reads: the
+            # events through ``head`` committed before it, so their deltas are then in the
+            # broker. A hung bus costs one fence timeout per round, not one per workspace.
+            fence = self.fence
+            await asyncio.gather(*(fence(workspace_id, head) for workspace_id, head in moved))
         for workspace_id, head in moved:
+            if self.fence is not None:
+                up_to = head  # events past the fenced head wait for the next round
             for _ in range(_PAGES_PER_ROUND):
                 seen = self._seen.get(workspace_id)
                 if seen is None or seen >= head:
                     break
-                page = await self._read(database, workspace_id, seen)
+                page = await self._read(database, workspace_id, seen, up_to)
                 if not page:
                     break
-                if self.fence is not None:
-                    await self.fence(workspace_id, page[-1].workspace_seq)
                 self._publish(workspace_id, page)
             else:
                 more = more or self._seen.get(workspace_id, head) < head
         return more
 
-    async def _read(self, database: Database, workspace_id: str, after: int) -> list[StoredEvent]:
+    async def _read(
+        self, database: Database, workspace_id: str, after: int, up_to: int | None
+    ) -> list[StoredEvent]:
         async def read(tx: HostTransaction) -> list[StoredEvent]:
-            return await tx.events.after_seq(workspace_id, after, up_to=None, limit=self._page_size)
+            return await tx.events.after_seq(
+                workspace_id, after, up_to=up_to, limit=self._page_size
+            )
 
         return await unit_of_work.run(database, read, write=False)
 

@@ -121,6 +121,11 @@ class SharedLane:
         """Told ``(workspace, previous_seq)`` of a hint the log did not take (the relay)."""
         broker.add_observer(self._announce)
 
+    @property
+    def fence_timeout_seconds(self) -> float:
+        """How long a fence waits for the log before it gives up."""
+        return self._fence_timeout
+
     # -- publishing ---------------------------------------------------------------------
 
     async def send_delta(self, live: LiveDelta) -> bool:
