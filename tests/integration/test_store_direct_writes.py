@@ -31,6 +31,7 @@ from store.direct_writes import (
 )
 from store.engine import create_async_engine_for, sqlite_write_queue
 from store.models import RuntimeCommandOutbox, Session
+from tests.support.lock_waits import wait_for_lock_waiter
 
 ResultT = TypeVar("ResultT")
 
@@ -132,7 +133,10 @@ def test_a_direct_write_waits_for_the_writer_ahead_of_it(
             assert queue is not None
             async with queue.exclusive():
                 waiting = asyncio.create_task(writes.run(rename))
-                await asyncio.sleep(0.2)
+                # In line behind the holder: the write line itself is what is tested.
+                async with asyncio.timeout(10):
+                    while queue.waiting == 0:
+                        await asyncio.sleep(0.01)
                 assert not waiting.done()
                 with sync_engine.begin() as connection:
                     connection.execute(update(_S).values(title="holder"))
@@ -143,7 +147,8 @@ def test_a_direct_write_waits_for_the_writer_ahead_of_it(
             holder.execute(text("SELECT 1 FROM sessions WHERE session_id = 's-1' FOR UPDATE"))
             holder.execute(update(_S).values(title="holder"))
             waiting = asyncio.create_task(writes.run(rename))
-            await asyncio.sleep(0.2)
+            # Blocked on the holder's row lock, as the server reports it.
+            await asyncio.to_thread(wait_for_lock_waiter, sync_engine, 10)
             assert not waiting.done()
             transaction.commit()
         await asyncio.wait_for(waiting, 10)
