@@ -32,6 +32,7 @@ from store.direct_writes import (
 from store.engine import create_async_engine_for, sqlite_write_queue
 from store.models import RuntimeCommandOutbox, Session
 from tests.support.lock_waits import wait_for_lock_waiter
+from tests.support.polling import eventually
 
 ResultT = TypeVar("ResultT")
 
@@ -134,9 +135,8 @@ def test_a_direct_write_waits_for_the_writer_ahead_of_it(
             async with queue.exclusive():
                 waiting = asyncio.create_task(writes.run(rename))
                 # In line behind the holder: the write line itself is what is tested.
-                async with asyncio.timeout(10):
-                    while queue.waiting == 0:
-                        await asyncio.sleep(0.01)
+                queued = await asyncio.to_thread(eventually, lambda: queue.waiting > 0, 10)
+                assert queued
                 assert not waiting.done()
                 with sync_engine.begin() as connection:
                     connection.execute(update(_S).values(title="holder"))

@@ -15,7 +15,7 @@ import pytest
 from agentactivity.host.v1 import activity_pb2
 from livelog.codec import ItemDecodeError
 from livelog.inprocess import InProcessLiveLog
-from livelog.interface import LiveLogSubscription, LogPosition
+from livelog.interface import LogPosition
 from services.host.activity import shared_lane
 from services.host.activity.broker import ActivityBroker, CommittedBatch, LiveDelta
 from services.host.activity.events import MessageDelta
