@@ -33,7 +33,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext, api
 
-from livelog.codec import Codec
+from livelog.codec import Codec, ItemDecodeError
 from livelog.cursor import start_after
 from livelog.interface import (
     Discontinuity,
@@ -551,7 +551,20 @@ class _JetStreamSubscription(Generic[T]):
             return Discontinuity(
                 self.workspace_id, DiscontinuityReason.PUBLISH_FAILED, previous, position
             )
-        return LogEntry(self.workspace_id, position, msg_id, self._log._codec.decode(message.data))
+        try:
+            item = self._log._codec.decode(message.data)
+        except ItemDecodeError as err:
+            # Not an item of this log (another writer, a newer version): skip it and keep the
+            # position, so the subscription goes on with the items after it.
+            _log.warning(
+                "live log: undecodable item %s at %s seq %d skipped: %s",
+                msg_id or "(no id)",
+                self._subject,
+                position.sequence,
+                err,
+            )
+            return None
+        return LogEntry(self.workspace_id, position, msg_id, item)
 
     def _advance_watermark(self, last_stream: str | None) -> None:
         """Move the resume point to what the consumer has looked at (a heartbeat said so).

@@ -31,6 +31,7 @@ from store.database import Database
 from store.models import WorkspaceEventHead
 from tests.support.activity_watch import Watcher
 from tests.support.host_sessions import ADMIN, demo_target
+from tests.support.lock_waits import wait_for_lock_waiter
 from tests.support.service_process import ServiceProcess, service_process
 
 FOLLOW = "0.2"
@@ -228,7 +229,7 @@ def test_an_open_append_in_one_workspace_does_not_hold_back_another_workspace(
         # ... while a ws-1 write waits for it: the head row lock is real.
         with ThreadPoolExecutor(max_workers=1) as pool:
             blocked: Future[None] = pool.submit(first.rename, "ws-1", busy, "after the hold")
-            time.sleep(1.0)
+            wait_for_lock_waiter(sync_engine, 30)  # the replica's append waits for the hold
             assert not blocked.done()
             release.set()
             blocked.result(timeout=30)

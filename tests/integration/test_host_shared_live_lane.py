@@ -269,3 +269,28 @@ def test_deltas_lost_while_the_bus_is_down_become_a_reconcile_and_events_still_a
     assert kinds.index("session_reconcile_required") > kinds.index("message_delta")
     sequences = [e.workspace_sequence for e in durable]
     assert sequences == list(range(sequences[0], sequences[0] + 3))
+
+
+@pytest.mark.spec("SCALE-3", "HOST-RT-2")
+def test_deltas_lost_by_a_runtime_that_leaves_without_a_report_become_a_reconcile(
+    replicas: tuple[Replica, Replica], bus: NatsServer
+) -> None:
+    """No report settles them: the link settles its Sessions when it closes (ADR 0041)."""
+    first, second = replicas
+    runtime = ScriptedRuntime(first.channel)
+    turn_id = _running_turn(first, runtime)
+    watcher = Watcher(second.channel, WS)
+    watcher.wait_ready()
+    bus.stop()
+    _deltas(runtime, turn_id, "lost;", "and gone;", first=True)
+    runtime.close()  # half-closed after the deltas: Host reads them, then ends the link
+
+    def reconciled(events: list[activity_pb2.ActivityEvent]) -> bool:
+        return any(kind(e) == "session_reconcile_required" for e in events)
+
+    events = watcher.wait_for(reconciled, timeout=WAIT_SECONDS)
+    watcher.cancel()
+    bus.start()
+    notice = next(e for e in events if kind(e) == "session_reconcile_required")
+    assert notice.session_reconcile_required.session_id == "s1"
+    assert _delta_texts(events) == []  # the lost deltas never appear

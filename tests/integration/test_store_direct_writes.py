@@ -31,6 +31,8 @@ from store.direct_writes import (
 )
 from store.engine import create_async_engine_for, sqlite_write_queue
 from store.models import RuntimeCommandOutbox, Session
+from tests.support.lock_waits import wait_for_lock_waiter
+from tests.support.polling import eventually
 
 ResultT = TypeVar("ResultT")
 
@@ -132,7 +134,9 @@ def test_a_direct_write_waits_for_the_writer_ahead_of_it(
             assert queue is not None
             async with queue.exclusive():
                 waiting = asyncio.create_task(writes.run(rename))
-                await asyncio.sleep(0.2)
+                # In line behind the holder: the write line itself is what is tested.
+                queued = await asyncio.to_thread(eventually, lambda: queue.waiting > 0, 10)
+                assert queued
                 assert not waiting.done()
                 with sync_engine.begin() as connection:
                     connection.execute(update(_S).values(title="holder"))
@@ -143,7 +147,8 @@ def test_a_direct_write_waits_for_the_writer_ahead_of_it(
             holder.execute(text("SELECT 1 FROM sessions WHERE session_id = 's-1' FOR UPDATE"))
             holder.execute(update(_S).values(title="holder"))
             waiting = asyncio.create_task(writes.run(rename))
-            await asyncio.sleep(0.2)
+            # Blocked on the holder's row lock, as the server reports it.
+            await asyncio.to_thread(wait_for_lock_waiter, sync_engine, 10)
             assert not waiting.done()
             transaction.commit()
         await asyncio.wait_for(waiting, 10)

@@ -50,6 +50,9 @@ __all__ = ["CommitHint", "FenceItem", "LaneItem", "SharedLane", "hint_msg_id"]
 
 _log = logging.getLogger(__name__)
 
+_RETRY_SECONDS = 0.5
+"""The pause before a failed subscription is tried again."""
+
 
 @dataclass(frozen=True)
 class CommitHint:
@@ -156,8 +159,10 @@ class SharedLane:
         if not batch.local or not batch.events:
             return
         hint = CommitHint(batch.workspace_id, batch.last_event_id, batch.last_seq)
-        announced = self._announced.get(batch.workspace_id, 0)
-        self._announced[batch.workspace_id] = max(announced, batch.last_seq)
+        if batch.workspace_id in self._follows:
+            # Remembered only while the workspace is watched here (its hints come back).
+            announced = self._announced.get(batch.workspace_id, 0)
+            self._announced[batch.workspace_id] = max(announced, batch.last_seq)
         task = asyncio.get_running_loop().create_task(self._publish_hint(hint, batch.previous_seq))
         self._hint_tasks.add(task)
         task.add_done_callback(self._hint_tasks.discard)
@@ -199,6 +204,7 @@ class SharedLane:
         follow.watchers -= 1
         if follow.watchers <= 0:
             del self._follows[workspace_id]
+            self._announced.pop(workspace_id, None)
             if follow.task is not None:
                 follow.task.cancel()
 
@@ -264,7 +270,11 @@ class SharedLane:
                 subscription = await self.log.subscribe(workspace_id, last)
             except LiveLogUnavailable:
                 _log.warning("live log subscription for %s unavailable; retrying", workspace_id)
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(_RETRY_SECONDS)
+                continue
+            except Exception:  # noqa: BLE001 - the workspace's lane must outlive one failure
+                _log.exception("live log subscription for %s failed; retrying", workspace_id)
+                await asyncio.sleep(_RETRY_SECONDS)
                 continue
             follow.subscription = subscription
             follow.ready.set()
@@ -273,15 +283,31 @@ class SharedLane:
                     if isinstance(entry, Discontinuity):
                         self._on_discontinuity(entry)
                         continue
+                    # Set before delivering: an item whose delivery fails is not retried.
                     last = entry.position
                     self._deliver(workspace_id, follow, entry.msg_id, entry.item)
                 return
             except LiveLogUnavailable:
                 _log.warning("live log subscription for %s lost; re-subscribing", workspace_id)
+            except Exception:  # noqa: BLE001 - see above; resume after the last item delivered
+                _log.exception("live log subscription for %s broke; re-subscribing", workspace_id)
+                await asyncio.sleep(_RETRY_SECONDS)
             finally:
-                await subscription.close()
+                with contextlib.suppress(Exception):
+                    await subscription.close()
 
     def _deliver(self, workspace_id: str, follow: _Follow, msg_id: str, item: LaneItem) -> None:
+        claimed = item.delta.workspace_id if isinstance(item, LiveDelta) else item.workspace_id
+        if claimed != workspace_id:
+            # Whoever can reach the bus could otherwise put items into another workspace's
+            # WatchActivity: an item counts only on its own workspace's subject.
+            _log.warning(
+                "live lane item %s for workspace %r on the subject of %r dropped",
+                msg_id,
+                claimed,
+                workspace_id,
+            )
+            return
         if isinstance(item, LiveDelta):
             if not msg_id.startswith(self._origin):  # this process's own went out directly
                 self._broker.publish_delta(item)

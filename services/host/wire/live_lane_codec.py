@@ -54,9 +54,11 @@ class LiveLaneCodec:
             raise ItemDecodeError(str(error)) from error
         kind = message.WhichOneof("event")
         if kind == "message_delta":
-            return LiveDelta(
-                delta_from_proto(message.message_delta.delta), message.occurred_at_unix_ms
-            )
+            try:
+                delta = delta_from_proto(message.message_delta.delta)
+            except (ValueError, TypeError) as error:
+                raise ItemDecodeError(f"bad delta on the live lane: {error}") from error
+            return LiveDelta(delta, message.occurred_at_unix_ms)
         if kind is not None:
             raise ItemDecodeError(f"unexpected {kind} on the live lane")
         if message.event_id == _FENCE_EVENT_ID:

@@ -68,7 +68,8 @@ class RuntimeLinkRpcs:
         identity = identity_from_hello(first.hello, principal.workspaces)
         handle, targets = await link.open_link(self.ctx, identity, first.hello.protocol_revision)
         out: asyncio.Queue[Outgoing] = asyncio.Queue()
-        reader = asyncio.create_task(self._read(handle, request_iterator, out))
+        unsettled: set[tuple[str, str]] = set()
+        reader = asyncio.create_task(self._read(handle, request_iterator, out, unsettled))
         pump = asyncio.create_task(_pump(handle, out))
         try:
             yield runtime_pb2.RuntimeLinkResponse(
@@ -93,18 +94,23 @@ class RuntimeLinkRpcs:
             for task in (reader, pump):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-            await link.close_link(self.ctx, handle)
+            try:
+                await self._settle_closed(unsettled)
+            finally:
+                await link.close_link(self.ctx, handle)
 
     async def _read(
         self,
         handle: RuntimeLinkHandle,
         request_iterator: AsyncIterator[runtime_pb2.RuntimeLinkRequest],
         out: asyncio.Queue[Outgoing],
+        unsettled: set[tuple[str, str]],
     ) -> None:
         try:
             async for frame in request_iterator:
                 kind = frame.WhichOneof("frame")
                 if kind == "report":
+                    unsettled.discard((frame.report.workspace_id, frame.report.session_id))
                     verdict = await self._report(handle, frame.report)
                     out.put_nowait(
                         runtime_pb2.RuntimeLinkResponse(report_result=verdict_to_proto(verdict))
@@ -114,10 +120,11 @@ class RuntimeLinkRpcs:
                 elif kind == "deltas":
                     # HOST-RT-2: checked and published to the live lane right here, before
                     # the next frame (a later report) is read, so no commit overtakes them.
+                    deltas = [delta_from_proto(delta) for delta in frame.deltas.deltas]
+                    if self.ctx.activity.shared is not None:
+                        unsettled.update((d.workspace_id, d.session_id) for d in deltas)
                     await self.ctx.activity.deltas.accept(
-                        self.ctx.database,
-                        [delta_from_proto(delta) for delta in frame.deltas.deltas],
-                        handle.identity.may_access,
+                        self.ctx.database, deltas, handle.identity.may_access
                     )
                 else:
                     raise FailedPrecondition(
@@ -158,6 +165,28 @@ class RuntimeLinkRpcs:
             await self.ctx.activity.deltas.reconcile(
                 self.ctx.database, report.workspace_id, report.session_id
             )
+
+    async def _settle_closed(self, unsettled: set[tuple[str, str]]) -> None:
+        """Settle the Sessions whose deltas no report settled before the link closed (M2).
+
+        The shared lane keeps a Session's pending acknowledgements and dropped count until a
+        settle; a runtime that disconnects after deltas sends no report, so they are settled
+        here (not merely forgotten: a newer link may already have sent deltas under the same
+        key, and waiting for them keeps its next report behind them). A loss still becomes
+        the Session's durable ``session_reconcile_required``.
+        """
+        shared = self.ctx.activity.shared
+        if shared is None:
+            return
+        for workspace_id, session_id in sorted(unsettled):
+            try:
+                lost = await shared.settle(workspace_id, session_id)
+                if lost:
+                    await self.ctx.activity.deltas.reconcile(
+                        self.ctx.database, workspace_id, session_id
+                    )
+            except Exception:  # noqa: BLE001 - the link closes regardless
+                _log.exception("settling %s/%s at link close failed", workspace_id, session_id)
 
 
 async def _pump(handle: RuntimeLinkHandle, out: asyncio.Queue[Outgoing]) -> None:

@@ -191,15 +191,17 @@ def test_a_subscriber_that_falls_behind_the_in_process_bounds_is_told() -> None:
 
 
 def test_the_duplicate_window_forgets_ids_after_it(make_engine: MakeEngine) -> None:
-    engine = make_engine(live_log_duplicate_window_seconds=0.5)
+    # Wide enough that two round trips on a busy machine stay inside it.
+    window = 2.5
+    engine = make_engine(live_log_duplicate_window_seconds=window)
 
     async def scenario() -> None:
         log = await engine.open()
         first = await log.publish("ws", b"one", "same-id")
-        inside = await log.publish("ws", b"two", "same-id")
+        inside = await log.publish("ws", b"two", "same-id")  # right after the first
         assert inside.duplicate
         assert inside.position == first.position
-        await asyncio.sleep(1.2)  # the window itself is what is tested
+        await asyncio.sleep(window + 1.0)  # the window itself is what is tested
         after = await log.publish("ws", b"three", "same-id")
         assert not after.duplicate
         assert after.position.sequence > first.position.sequence

@@ -7,12 +7,16 @@ log, as two replicas share JetStream; the wire codec is checked against the cont
 from __future__ import annotations
 
 import asyncio
+import logging
+from typing import Any
 
 import pytest
 
 from agentactivity.host.v1 import activity_pb2
 from livelog.codec import ItemDecodeError
 from livelog.inprocess import InProcessLiveLog
+from livelog.interface import LogPosition
+from services.host.activity import shared_lane
 from services.host.activity.broker import ActivityBroker, CommittedBatch, LiveDelta
 from services.host.activity.events import MessageDelta
 from services.host.activity.shared_lane import CommitHint, FenceItem, LaneItem, SharedLane
@@ -71,7 +75,9 @@ def test_the_fence_hands_the_other_replicas_deltas_on_before_its_events() -> Non
         before = await second.texts()
         await second.lane.fence(WS, 1)
         after = await second.texts()
-        await asyncio.sleep(0.05)
+        # The first replica's own fence comes back after the log's copies of its deltas:
+        # once it is through, a copy not skipped would be in its broker already.
+        await first.lane.fence(WS, 1)
         own = await first.texts()
         await first.lane.stop()
         await second.lane.stop()
@@ -137,3 +143,116 @@ def test_lane_items_travel_as_activity_events() -> None:
         codec.decode(durable.SerializeToString())
     with pytest.raises(ItemDecodeError):
         codec.decode(b"\xff\xff")
+
+
+def test_an_unexpected_failure_resubscribes_after_the_last_item(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A failure while delivering ends neither the workspace's lane nor skips what follows."""
+    monkeypatch.setattr(shared_lane, "_RETRY_SECONDS", 0.01)
+
+    async def scenario() -> tuple[list[str], list[LogPosition | None]]:
+        log = _log()
+        first, second = _Replica(log), _Replica(log)
+        asked: list[LogPosition | None] = []
+        subscribe = log.subscribe
+
+        async def recording(workspace_id: str, after: LogPosition | None) -> Any:
+            asked.append(after)
+            return await subscribe(workspace_id, after)
+
+        monkeypatch.setattr(log, "subscribe", recording)
+        publish = second.broker.publish_delta
+        calls = iter(range(1_000))
+
+        def failing_once(live: LiveDelta) -> None:
+            if next(calls) == 0:
+                raise RuntimeError("a broken observer")
+            publish(live)
+
+        monkeypatch.setattr(second.broker, "publish_delta", failing_once)
+        await first.start()
+        await second.start()
+        for text in ("a", "b", "c"):
+            await first.lane.send_delta(_delta(text))
+        await first.lane.settle(WS, "s1")
+        await second.lane.fence(WS, 1)
+        texts = await second.texts()
+        await first.lane.stop()
+        await second.lane.stop()
+        return texts, asked
+
+    texts, asked = asyncio.run(scenario())
+    assert texts == ["b", "c"]  # "a" failed; the rest came, once each
+    # Each replica subscribed once from now; the second again, after "a" (the last it saw).
+    assert [None if after is None else after.sequence for after in asked] == [None, None, 1]
+
+
+def test_items_naming_another_workspace_are_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    """M5: an item counts only on its own workspace's subject."""
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        log = _log()
+        first, second = _Replica(log), _Replica(log)
+        await first.start()
+        await second.start()
+        foreign = LiveDelta(MessageDelta("ws-2", "s1", "t1", "m1", "text", "append_text", "x"), 7)
+        await log.publish(WS, foreign, "intruder:1")
+        await log.publish(WS, CommitHint("ws-2", 41, 9), "intruder:2")
+        await first.lane.send_delta(_delta("ok"))
+        await first.lane.settle(WS, "s1")
+        await second.lane.fence(WS, 1)
+        texts = await second.texts()
+        await first.lane.stop()
+        await second.lane.stop()
+        return texts, second.woken
+
+    with caplog.at_level(logging.WARNING, logger=shared_lane.__name__):
+        texts, woken = asyncio.run(scenario())
+    assert texts == ["ok"]
+    assert woken == []  # the foreign hint woke nothing
+    dropped = [r for r in caplog.records if "dropped" in r.getMessage()]
+    assert len(dropped) == 4  # two items, on each of the two replicas
+
+
+def test_a_workspace_no_longer_watched_keeps_no_announced_sequence() -> None:
+    """M2: the announced sequences are kept only for watched workspaces."""
+
+    async def scenario() -> tuple[int, int, int]:
+        log = _log()
+        replica = _Replica(log)
+        await replica.start()
+        stored = StoredEvent(41, WS, "s1", "turn_update", b"", 1, workspace_seq=9)
+        other = StoredEvent(42, "ws-2", "s1", "turn_update", b"", 1, workspace_seq=3)
+        replica.broker.publish_batch(CommittedBatch(WS, 8, (stored,)))
+        replica.broker.publish_batch(CommittedBatch("ws-2", 2, (other,)))
+        watched = len(replica.lane._announced)
+        replica.lane.unwatch(WS)
+        after = len(replica.lane._announced)
+        await replica.lane.stop()
+        return watched, after, log.last_sequence
+
+    watched, after, published = asyncio.run(scenario())
+    assert watched == 1  # ws-2 is not watched here: its hint goes out, nothing is kept
+    assert after == 0
+    assert published == 2  # both hints were published
+
+
+def test_a_delta_sent_but_never_settled_by_a_report_is_released_by_settle() -> None:
+    """M2: settling a Session's key (the link does at close) leaves nothing behind."""
+
+    async def scenario() -> tuple[int, int, int, int]:
+        log = _log()
+        lane = SharedLane(log, ActivityBroker())
+        await lane.send_delta(_delta("x", session_id="s9"))
+        pending = lane._barrier.pending((WS, "s9"))
+        await log.close()
+        await lane.send_delta(_delta("y", session_id="s9"))
+        lost = await lane.settle(WS, "s9")
+        return pending, lost, lane._barrier.pending((WS, "s9")), len(lane._dropped)
+
+    pending, lost, left, dropped = asyncio.run(scenario())
+    assert pending == 1
+    assert lost == 1  # "y" was dropped; "x" was acknowledged
+    assert left == 0
+    assert dropped == 0
