@@ -5,6 +5,7 @@ resources (MAINT-MAN-1, MAINT-OUT-1, HOST-DEL-10)."""
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 
 import grpc
@@ -74,6 +75,14 @@ def test_a_killed_run_leaves_whole_trees_and_the_next_run_finishes(
             call.result()
         channel.close()
 
+    # The batch Host was purging when maintenance died may still commit after the kill (the
+    # call's cancellation races its transaction): read the trees once Host has gone quiet.
+    def quiet() -> bool:
+        before = tree_states(stack)
+        time.sleep(1.0)
+        return tree_states(stack) == before
+
+    assert eventually(quiet, timeout=30)
     states = tree_states(stack)
     assert "partial" not in states.values(), states
     gone = [root for root, state in states.items() if state == "gone"]
