@@ -235,20 +235,24 @@ class JetStreamLiveLog(Generic[T]):
         self.epoch = epoch
         return epoch, info.state.first_seq, info.state.last_seq
 
+    async def _mark_gap_if_lost(self, workspace_id: str, subject: str) -> None:
+        """Before a workspace's next publication after a failed one, publish its gap record."""
+        if workspace_id in self._lost:
+            await self._js.publish(
+                subject,
+                b"",
+                stream=self._stream,
+                headers={MSG_ID: f"gap:{uuid.uuid4().hex}", GAP_HEADER: "publish_failed"},
+            )
+            self._lost.discard(workspace_id)
+
     async def publish(self, workspace_id: str, item: T, msg_id: str) -> PublishAck:
         """Publish and wait for JetStream's acknowledgement; see :class:`~livelog.LiveLog`."""
         subject = workspace_subject(self._settings.live_log_subject_prefix, workspace_id)
         data = self._codec.encode(item)
         try:
             await self._ready()
-            if workspace_id in self._lost:
-                await self._js.publish(
-                    subject,
-                    b"",
-                    stream=self._stream,
-                    headers={MSG_ID: f"gap:{uuid.uuid4().hex}", GAP_HEADER: "publish_failed"},
-                )
-                self._lost.discard(workspace_id)
+            await self._mark_gap_if_lost(workspace_id, subject)
             ack = await self._js.publish(
                 subject, data, stream=self._stream, headers={MSG_ID: msg_id}
             )
@@ -272,14 +276,7 @@ class JetStreamLiveLog(Generic[T]):
         data = self._codec.encode(item)
         try:
             await self._ready()
-            if workspace_id in self._lost:
-                await self._js.publish(
-                    subject,
-                    b"",
-                    stream=self._stream,
-                    headers={MSG_ID: f"gap:{uuid.uuid4().hex}", GAP_HEADER: "publish_failed"},
-                )
-                self._lost.discard(workspace_id)
+            await self._mark_gap_if_lost(workspace_id, subject)
             if self._js.publish_async_pending() >= _MAX_IN_FLIGHT:
                 # Refused rather than queued: the client's own wait for a free slot costs a
                 # task per call (it measured 3-5x slower), and acknowledgements this far
