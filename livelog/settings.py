@@ -37,6 +37,12 @@ class LiveLogSettings(BaseSettings):
     """Subject prefix; a workspace's subject is ``<prefix>.<workspace token>``
     (``TUTTI_LIVE_LOG_SUBJECT_PREFIX``)."""
 
+    signal_subject_prefix: str = Field(
+        default="tutti.signals", pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$"
+    )
+    """Subject prefix of the fire-and-forget wake-up signals (core NATS, not the stream):
+    ``<prefix>.<name>`` (``TUTTI_SIGNAL_SUBJECT_PREFIX``, ``livelog.signals``)."""
+
     live_log_max_msgs: int = Field(default=1_000_000, ge=1)
     """Items the log keeps across all workspaces; the oldest go first
     (``TUTTI_LIVE_LOG_MAX_MSGS``)."""

@@ -656,6 +656,30 @@ class WorkspaceEventHead(Base):
     last_seq: Mapped[int]
 
 
+class RuntimePresence(Base):
+    """Which Host replica a runtime is attached to (SCALE-2, ADR 0042); one row per runtime.
+
+    Written only when Host runs with the shared bus (several replicas). ``replica_id`` is the
+    attaching replica (``NULL`` once the link ended); the replica renews
+    ``lease_expires_at_unix_ms`` of its rows while it lives, so the row of a replica that died
+    (``kill -9``) stops counting when its lease runs out. ``instance_id`` outlives the link, so a
+    runtime that comes back as a new instance on another replica is recognised as restarted.
+    """
+
+    __tablename__ = "runtime_presence"
+
+    runtime_id: Mapped[str] = mapped_column(primary_key=True)
+    instance_id: Mapped[str]
+    replica_id: Mapped[str | None]
+    link_id: Mapped[str | None]
+    identity_json: Mapped[str] = mapped_column(Text)
+    attached_at_unix_ms: Mapped[int]
+    lease_expires_at_unix_ms: Mapped[int]
+    detached_at_unix_ms: Mapped[int | None]
+
+    __table_args__ = (Index("ix_runtime_presence_replica", "replica_id"),)
+
+
 class ResourceCleanupOutbox(Base):
     """One row per purged (workspace, Session), written in the purge transaction (HOST-DEL-9).
 

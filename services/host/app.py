@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from agentactivity.host.v1 import host_pb2, host_pb2_grpc, runtime_pb2, runtime_pb2_grpc
 from grpcserver.app import ServiceDefinition, definition_for
 from grpcserver.settings import StartupError
@@ -12,8 +14,11 @@ from services.host.activity.feed import ActivityFeed, FeedSettings
 from services.host.activity.shared_lane import LaneItem
 from services.host.authorization import AUTHORIZATION
 from services.host.context import HostContext
-from services.host.runtime.link import MAX_REPORT_BYTES
+from services.host.runtime.link import MAX_REPORT_BYTES, start_loss_grace
 from services.host.runtime.live_settings import LinkedRuntimeSettings
+from services.host.runtime.presence import ReplicaPresence
+from services.host.runtime.registry import RuntimeIdentity
+from services.host.runtime.wakeups import CommandWakeups
 from services.host.servicer import HostServicer, RuntimeLinkServicer
 from services.host.settings import Settings
 from services.host.turns.disposition_queries import DispositionQuerier
@@ -93,6 +98,9 @@ def build(
 
     # HOST-SES-6: settings updates reach connected runtimes over the runtime link.
     ctx.runtime_settings = LinkedRuntimeSettings(ctx)
+
+    # SCALE-2: with the shared bus a runtime may attach to any replica (ADR 0042).
+    start_replicas, stop_replicas = _replica_hooks(ctx, settings, live_log_settings)
     return definition_for(
         "host",
         [
@@ -108,11 +116,55 @@ def build(
             ),
         ],
         authorization=AUTHORIZATION,
-        on_start=[database.start, start_activity, querier.start],
+        on_start=[database.start, start_activity, start_replicas, querier.start],
         # Runtime links and watches end as soon as new RPCs are refused (OPS-3); the querier
         # stops first so no query is queued for a link being shut (its stop in on_stop is a
         # no-op then).
         on_drain=[querier.stop, ctx.runtimes.shutdown, ctx.activity.end_watches],
-        on_stop=[database.stop, stop_activity, querier.stop],  # run in reverse
+        on_stop=[database.stop, stop_activity, stop_replicas, querier.stop],  # run in reverse
         server_options=[("grpc.max_receive_message_length", RECEIVE_LIMIT_BYTES)],
     )
+
+
+def _replica_hooks(
+    ctx: HostContext, settings: Settings, live_log_settings: LiveLogSettings
+) -> tuple[Callable[[], Awaitable[None]], Callable[[], Awaitable[None]]]:
+    """Start and stop hooks of runtime presence and command wake-ups (SCALE-2).
+
+    The single node (``TUTTI_BUS`` unset) gets hooks that do nothing: no presence rows, no
+    signals, no sweep; the registry alone routes, as before.
+    """
+    if live_log_settings.bus != "nats":
+
+        async def nothing() -> None:
+            return None
+
+        return nothing, nothing
+    presence = ReplicaPresence(ctx, lease_seconds=settings.runtime_presence_lease_seconds)
+    ctx.presence = presence  # before any link can attach
+
+    async def orphaned(identity: RuntimeIdentity) -> None:
+        start_loss_grace(ctx, identity)
+
+    async def start() -> None:
+        # Imported here: nats-py is the ``scale`` extra, not needed by a single node.
+        from livelog.signals import NatsSignals
+
+        try:
+            signals = await NatsSignals.connect(live_log_settings, name="tutti-host-signals")
+        except LiveLogUnavailable as error:
+            raise StartupError(f"command wake-ups: {error}") from error
+        wakeups = CommandWakeups(
+            ctx, signals, sweep_interval_seconds=settings.command_sweep_interval_seconds
+        )
+        await wakeups.start()
+        ctx.command_wakeups = wakeups
+        presence.start(orphaned)
+
+    async def stop() -> None:
+        await presence.stop()
+        if ctx.command_wakeups is not None:
+            await ctx.command_wakeups.stop()
+            ctx.command_wakeups = None
+
+    return start, stop

@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from services.host.activity.feed import ActivityFeed
 from services.host.model.mutation_lanes import MutationLanes
@@ -19,6 +19,10 @@ from services.host.turns.workspace_index import WorkspaceIndexFactory, local_wor
 from store.database import Database
 from store.direct_reads import ReadConnection
 from store.direct_writes import WriteConnection
+
+if TYPE_CHECKING:
+    from services.host.runtime.presence import ReplicaPresence
+    from services.host.runtime.wakeups import CommandWakeups
 
 ResultT = TypeVar("ResultT")
 
@@ -58,6 +62,10 @@ class HostContext:
             local file system unless ``app.build`` is given another (tests).
         project_removal_max_rounds: Rounds ``RemoveProject`` makes before it fails
             ``STALE_DELETE_PLAN`` (``TUTTI_PROJECT_REMOVAL_MAX_ROUNDS``, HOST-PROJ-1).
+        presence: Runtimes attached to every replica (SCALE-2); ``None`` on a single node
+            (no shared bus), where the registry alone decides.
+        command_wakeups: Cross-replica command delivery and ack waits (SCALE-2); ``None``
+            on a single node.
     """
 
     database: Database
@@ -73,6 +81,8 @@ class HostContext:
     activity: ActivityFeed = field(default_factory=lambda: ActivityFeed(wall_clock_ms))
     workspace_index: WorkspaceIndexFactory = local_workspace_index
     project_removal_max_rounds: int = 5
+    presence: ReplicaPresence | None = None
+    command_wakeups: CommandWakeups | None = None
 
     @property
     def disposition_query_window_ms(self) -> int:

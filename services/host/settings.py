@@ -65,3 +65,16 @@ class Settings(ServerSettings):
     ``STALE_DELETE_PLAN`` (RetryInfo): each round deletes the project's live unpinned roots,
     then tries the compare-and-finalize, which rolls back when a live unpinned root appeared
     meanwhile (``TUTTI_PROJECT_REMOVAL_MAX_ROUNDS``, HOST-PROJ-1)."""
+
+    runtime_presence_lease_seconds: float = Field(default=10.0, gt=0)
+    """With the shared bus (several replicas, SCALE-2): how long a replica's record of a
+    runtime link counts without a renewal (renewed every third of it). A replica that died
+    without detaching its runtimes stops counting as their holder this long after its last
+    renewal; a live replica then runs the loss grace for them
+    (``TUTTI_RUNTIME_PRESENCE_LEASE_SECONDS``, ADR 0042)."""
+
+    command_sweep_interval_seconds: float = Field(default=2.0, gt=0)
+    """With the shared bus: how often a replica holding runtime links dispatches commands of
+    the Sessions they serve that were never dispatched (their wake-up was lost): the upper
+    bound of a command's delay when the bus drops a wake-up
+    (``TUTTI_COMMAND_SWEEP_INTERVAL_SECONDS``, SCALE-2, ADR 0042)."""

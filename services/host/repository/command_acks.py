@@ -23,11 +23,11 @@ from typing import Final, cast
 from sqlalchemy import Table, and_, bindparam, delete, or_, select, update
 
 from services.host.repository.command_rows import ACKNOWLEDGED, AWAITED_COMMAND_KINDS, PRUNE_BATCH
-from store.direct_reads import ReadQuery
+from store.direct_reads import ReadConnection, ReadQuery
 from store.direct_writes import WriteConnection, WriteStatement
 from store.models import InteractionResponseOperation, RuntimeCommandOutbox
 
-__all__ = ["DELIVER", "AckOutcome", "record_ack"]
+__all__ = ["DELIVER", "AckOutcome", "StoredCommand", "record_ack", "stored_command"]
 
 DELIVER: Final = "deliver_interaction_response"
 """Kind of the command that delivers a response operation's answer."""
@@ -108,6 +108,7 @@ class AckOutcome:
             acknowledged already, and the acknowledgement was ignored).
         error: the row's ``last_error`` after it.
         pruned: acknowledged deliveries of completed operations deleted besides it.
+        kind: the command's kind (``None`` when the row was not found).
     """
 
     found: bool
@@ -115,6 +116,7 @@ class AckOutcome:
     state: str | None = None
     error: str | None = None
     pruned: int = 0
+    kind: str | None = None
 
 
 def record_ack(
@@ -133,7 +135,7 @@ def record_ack(
     if row is None:
         return AckOutcome(found=False)
     if row.state in ACKNOWLEDGED:
-        return AckOutcome(found=True, state=row.state, error=row.last_error)
+        return AckOutcome(found=True, state=row.state, error=row.last_error, kind=row.command_kind)
     state = _NEW_STATE.get(status, "pending")
     if status == "accepted":
         error = row.last_error
@@ -152,7 +154,7 @@ def record_ack(
         conn.execute(
             _SET_COMMAND, {"row_id": row.id, "new_state": state, "new_error": error, "now": now}
         )
-        return AckOutcome(found=True, applied=True, state=state, error=error)
+        return AckOutcome(found=True, applied=True, state=state, error=error, kind=row.command_kind)
     # A rejected awaited command stays until its waiter settled it (withdraw_awaited): the row
     # left behind is how the waiter tells a rejection from an acceptance it missed.
     kept = row.command_kind in AWAITED_COMMAND_KINDS and state == "failed"
@@ -163,4 +165,33 @@ def record_ack(
             _SET_COMMAND, {"row_id": row.id, "new_state": state, "new_error": error, "now": now}
         )
     pruned = conn.execute(_PRUNE_SETTLED)
-    return AckOutcome(found=True, applied=True, state=state, error=error, pruned=pruned)
+    return AckOutcome(
+        found=True,
+        applied=True,
+        state=state,
+        error=error,
+        pruned=pruned,
+        kind=row.command_kind,
+    )
+
+
+_STORED: Final = ReadQuery(
+    select(_C.c.state, _C.c.attempts, _C.c.last_error).where(
+        _C.c.command_id == bindparam("command_id")
+    )
+)
+
+
+@dataclass(frozen=True)
+class StoredCommand:
+    """An outbox row as an awaiting replica reads it (SCALE-2): its state and last error."""
+
+    state: str
+    attempts: int
+    last_error: str | None
+
+
+def stored_command(conn: ReadConnection, command_id: str) -> StoredCommand | None:
+    """The row of ``command_id`` (one statement), or ``None`` once it is deleted."""
+    row = conn.first(_STORED, {"command_id": command_id})
+    return None if row is None else StoredCommand(row.state, row.attempts, row.last_error)

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from services.host.repository.changes import apply_fields
 from services.host.repository.row_views import CommandRow
-from store.models import RuntimeCommandOutbox
+from store.models import RuntimeCommandOutbox, Session
 
 UNACKNOWLEDGED = ("pending", "dispatched")
 ACKNOWLEDGED = ("completed", "failed")
@@ -190,6 +190,45 @@ class RuntimeCommandRepository:
             query = query.where(RuntimeCommandOutbox.session_id == session_id)
         query = query.order_by(RuntimeCommandOutbox.id)
         return list((await self._db.execute(query)).scalars().all())
+
+    async def undispatched_routes(self, providers: Sequence[str], limit: int) -> list[SessionRoute]:
+        """Sessions of ``providers`` with a command never dispatched yet, oldest row first.
+
+        The sweep of a replica that holds runtime links (SCALE-2, ADR 0042): a row that is
+        still ``pending`` with no attempt was written where no link served its Session and
+        its wake-up may have been lost. Rows put back by a ``failed`` acknowledgement
+        (attempts > 0) are left to the Session's next dispatch, as before. Served by
+        ``ix_runtime_command_outbox_due`` (``state`` first); at most ``limit`` Sessions.
+        """
+        if not providers:
+            return []
+        query = (
+            select(
+                RuntimeCommandOutbox.workspace_id,
+                RuntimeCommandOutbox.session_id,
+                Session.agent_target_id,
+                Session.provider,
+            )
+            .join(
+                Session,
+                (Session.workspace_id == RuntimeCommandOutbox.workspace_id)
+                & (Session.session_id == RuntimeCommandOutbox.session_id),
+            )
+            .where(
+                RuntimeCommandOutbox.state == "pending",
+                RuntimeCommandOutbox.attempts == 0,
+                Session.provider.in_(list(providers)),
+            )
+            .order_by(RuntimeCommandOutbox.id)
+            .limit(limit)
+        )
+        routes: dict[tuple[str, str], SessionRoute] = {}
+        for workspace_id, session_id, target_id, provider in await self._db.execute(query):
+            routes.setdefault(
+                (workspace_id, session_id),
+                SessionRoute(workspace_id, session_id, target_id, provider),
+            )
+        return list(routes.values())
 
     async def lock_open(self, ids: Sequence[int]) -> list[CommandRow]:
         """These rows, locked, that are still unacknowledged (oldest first).

@@ -138,6 +138,17 @@ async def open_link(
     replaced, dead_instance = ctx.runtimes.attach(handle)
     if replaced is not None:
         replaced.close()
+    if ctx.presence is not None:
+        # SCALE-2: the instance recorded on any replica tells a restart, not only this one's.
+        try:
+            recorded = await ctx.presence.attached(handle)
+        except BaseException:
+            if ctx.runtimes.detach(handle):
+                handle.close()
+            raise
+        # The durable record is the one every replica updates; this process's memory of
+        # the instance may predate a restart another replica has already handled.
+        dead_instance = recorded if recorded not in (None, identity.instance_id) else None
     if dead_instance is not None:
         _log.info("runtime %s restarted (was %s)", identity.runtime_id, dead_instance)
         await runtime_lost(ctx, identity, include_served_by_others=True)
@@ -171,13 +182,28 @@ async def close_link(ctx: HostContext, handle: RuntimeLinkHandle) -> None:
     handle.close()
     if not ctx.runtimes.detach(handle):
         return
-    runtime_id = handle.identity.runtime_id
+    if ctx.presence is not None:
+        await ctx.presence.detached(handle)
+    start_loss_grace(ctx, handle.identity)
+
+
+def start_loss_grace(ctx: HostContext, identity: RuntimeIdentity) -> None:
+    """Settle the runtime's Turns unless it is attached again when the grace ends.
+
+    With several replicas (SCALE-2) "attached again" means to any replica: a runtime that
+    moved to another Host within the grace keeps its Turns. This is also how a live replica
+    takes over the grace of a runtime whose replica died (``ReplicaPresence`` claims its row).
+    """
+    runtime_id = identity.runtime_id
 
     async def after_grace() -> None:
         try:
             await asyncio.sleep(ctx.runtime_loss_grace_seconds)
-            if not ctx.runtimes.is_connected(runtime_id):
-                await runtime_lost(ctx, handle.identity, include_served_by_others=False)
+            if ctx.runtimes.is_connected(runtime_id):
+                return
+            if ctx.presence is not None and await ctx.presence.attached_anywhere(runtime_id):
+                return
+            await runtime_lost(ctx, identity, include_served_by_others=False)
         finally:
             ctx.runtimes.loss_done(runtime_id, asyncio.current_task())
 
@@ -192,6 +218,19 @@ async def runtime_lost(
     Returns:
         How many Sessions had an active Turn interrupted.
     """
+    # SCALE-2: runtimes attached to other replicas serve Sessions too.
+    elsewhere = []
+    if ctx.presence is not None and not include_served_by_others:
+        elsewhere = [
+            other
+            for other in await ctx.presence.identities()
+            if other.runtime_id != identity.runtime_id
+        ]
+
+    def served_by_another(workspace_id: str, target_id: str | None, provider: str) -> bool:
+        if ctx.runtimes.link_for(workspace_id, target_id, provider) is not None:
+            return True
+        return any(other.serves(workspace_id, target_id, provider) for other in elsewhere)
 
     async def candidates(repos: HostTransaction) -> list[tuple[str, str]]:
         rows = await repos.session_rows.with_active_turns(identity.providers)
@@ -201,8 +240,7 @@ async def runtime_lost(
             if identity.serves(row.workspace_id, row.agent_target_id, row.provider)
             and (
                 include_served_by_others
-                or ctx.runtimes.link_for(row.workspace_id, row.agent_target_id, row.provider)
-                is None
+                or not served_by_another(row.workspace_id, row.agent_target_id, row.provider)
             )
         ]
 
@@ -244,9 +282,11 @@ async def _confirm_dead(repos: HostTransaction, session: SessionRow, now: int) -
 
 
 async def apply_ack(ctx: HostContext, handle: RuntimeLinkHandle, ack: CommandAck) -> None:
-    """Record a command acknowledgement and wake whoever awaits it."""
-    await command_outbox.record_ack(ctx, ack)
+    """Record a command acknowledgement and wake whoever awaits it (here or elsewhere)."""
+    outcome = await command_outbox.record_ack(ctx, ack)
     handle.resolve_ack(ack)
+    if ctx.command_wakeups is not None and outcome.found:
+        await ctx.command_wakeups.acknowledged(ack, outcome.kind)
 
 
 # ------------------------------------------------------------------------- reports
@@ -763,4 +803,5 @@ __all__ = [
     "link_ready",
     "open_link",
     "runtime_lost",
+    "start_loss_grace",
 ]

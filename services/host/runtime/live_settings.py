@@ -25,15 +25,16 @@ command had been handed to the link.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 
 from services.host.context import HostContext
 from services.host.model.records import Capabilities, SessionSettingsValue
 from services.host.repository.unit_of_work import HostTransaction
+from services.host.runtime.ack_waits import AwaitedAck, expect_ack
 from services.host.runtime.commands import ApplySettings
-from services.host.runtime.registry import CommandAck, RuntimeLinkHandle
+from services.host.runtime.presence import serving_identity
+from services.host.runtime.registry import CommandAck
 from services.host.runtime.settings_port import RuntimeSettingsOutcome, RuntimeSettingsStatus
 from services.host.turns import command_outbox
 
@@ -46,9 +47,9 @@ _log = logging.getLogger(__name__)
 class _Sent:
     """An ``apply_settings`` command written to the outbox and its awaited ack."""
 
-    link: RuntimeLinkHandle
+    runtime_id: str
     command_id: str
-    ack: asyncio.Future[CommandAck]
+    ack: AwaitedAck
 
 
 class LinkedRuntimeSettings:
@@ -70,25 +71,26 @@ class LinkedRuntimeSettings:
         async def enqueue(repos: HostTransaction) -> _Sent | RuntimeSettingsStatus:
             # Locked: commands of one Session are enqueued in commit order on every replica.
             session = await repos.session_rows.lock_with_root(workspace_id, session_id)
-            link = (
-                ctx.runtimes.link_for(workspace_id, session.agent_target_id, session.provider)
-                if session is not None
-                else None
-            )
-            if session is None or link is None:
+            if session is None:
                 return "not_attached"
-            if not (capabilities.live_settings and link.identity.capabilities.get("live_settings")):
+            route = (workspace_id, session.agent_target_id, session.provider)
+            link = ctx.runtimes.link_for(*route)
+            # SCALE-2: without a link here, a runtime attached to another replica serves it.
+            runtime = link.identity if link is not None else await serving_identity(ctx, *route)
+            if runtime is None:
+                return "not_attached"
+            if not (capabilities.live_settings and runtime.capabilities.get("live_settings")):
                 return "deferred"
             command_id = command_outbox.enqueue(repos, ctx, session, ApplySettings(settings))
             # Registered before the commit dispatches the command, so an early ack is seen.
-            return _Sent(link, command_id, link.expect_ack(command_id))
+            return _Sent(runtime.runtime_id, command_id, expect_ack(ctx, link, command_id))
 
         sent = await ctx.transact(enqueue)
         if not isinstance(sent, _Sent):
             return RuntimeSettingsOutcome(sent)
-        link, command_id = sent.link, sent.command_id
+        command_id = sent.command_id
         timeout = ctx.runtime_command_timeout_seconds
-        waited = await link.wait_for_ack(command_id, sent.ack, timeout)
+        waited = await sent.ack.wait(timeout)
         verdict = waited.verdict
         if waited.accepted:
             return RuntimeSettingsOutcome("applied")
@@ -99,11 +101,11 @@ class LinkedRuntimeSettings:
         else:
             detail = verdict.message or verdict.reason or verdict.status
             cause = f"the runtime {verdict.status} the settings: {detail}"
-        return await self._settle(link, command_id, cause, verdict)
+        return await self._settle(sent.runtime_id, command_id, cause, verdict)
 
     async def _settle(
         self,
-        link: RuntimeLinkHandle,
+        runtime_id: str,
         command_id: str,
         cause: str,
         verdict: CommandAck | None,
@@ -127,7 +129,7 @@ class LinkedRuntimeSettings:
         if settled.outcome == "rejected":
             if verdict is None or verdict.status != "rejected":
                 cause = f"the runtime rejected the settings: {settled.detail or 'rejected'}"
-            _log.info("runtime %s refused settings: %s", link.identity.runtime_id, cause)
+            _log.info("runtime %s refused settings: %s", runtime_id, cause)
             return RuntimeSettingsOutcome("failed", f"{cause} (they stay saved)")
         in_flight = (
             "; a copy the runtime already received may still be applied"

@@ -22,7 +22,6 @@ Session is ``NOT_FOUND``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from dataclasses import dataclass
@@ -36,8 +35,9 @@ from services.host.model.session_rules import (
     validate_session_id,
 )
 from services.host.repository.unit_of_work import HostTransaction
+from services.host.runtime.ack_waits import AwaitedAck, expect_ack
 from services.host.runtime.commands import ResumeSession
-from services.host.runtime.registry import CommandAck, RuntimeLinkHandle
+from services.host.runtime.presence import serving_identity
 from services.host.sessions.commands import SessionDetail, get_session
 from services.host.turns import command_outbox
 from services.host.turns.submission import (
@@ -64,9 +64,8 @@ class Activation:
 class _Sent:
     """A ``resume_session`` written to the outbox and its awaited acknowledgement."""
 
-    link: RuntimeLinkHandle
     command_id: str
-    ack: asyncio.Future[CommandAck]
+    ack: AwaitedAck
 
 
 def _validate(session_id: str, activation_id: str) -> None:
@@ -103,12 +102,16 @@ async def activate_session(
         if recorded is not None:
             return None
         link = ctx.runtimes.link_for(workspace_id, session.agent_target_id, session.provider)
-        if link is None:
+        # SCALE-2: without a link here, a runtime attached to another replica serves it.
+        if link is None and (
+            await serving_identity(ctx, workspace_id, session.agent_target_id, session.provider)
+            is None
+        ):
             raise runtime_unavailable(session)
         command = ResumeSession(await session_context(repos, session))
         command_id = command_outbox.enqueue(repos, ctx, session, command)
         # Registered before the commit dispatches the command, so an early ack is seen.
-        return _Sent(link, command_id, link.expect_ack(command_id))
+        return _Sent(command_id, expect_ack(ctx, link, command_id))
 
     async with ctx.lanes.hold(workspace_id, session_id):
         sent = await ctx.transact(enqueue)
@@ -129,7 +132,7 @@ async def _await_acceptance(ctx: HostContext, sent: _Sent) -> None:
     """
     command_id = sent.command_id
     timeout = ctx.runtime_command_timeout_seconds
-    waited = await sent.link.wait_for_ack(command_id, sent.ack, timeout)
+    waited = await sent.ack.wait(timeout)
     verdict = waited.verdict
     if waited.accepted:
         return

@@ -167,6 +167,15 @@ async def _dispatch_many_with_commit(
 
         repos.uow.after_commit(send_after_commit)
     if unserved:
+        wakeups = ctx.command_wakeups
+        if wakeups is not None:
+            # SCALE-2: a link on another replica (or one that connects here meanwhile) is
+            # reached by a wake-up; its replica dispatches from the outbox.
+            async def wake_after_commit() -> None:
+                await wakeups.wake(unserved)
+
+            repos.uow.after_commit(wake_after_commit)
+            return
 
         async def dispatch_after_commit() -> None:
             await dispatch_routes(ctx, unserved)
@@ -216,6 +225,17 @@ async def _dispatch_with_commit(
     workspace_id, session_id = key
     link = ctx.runtimes.link_for(workspace_id, *target)
     if link is None:
+        wakeups = ctx.command_wakeups
+        if wakeups is not None:
+            # SCALE-2: no link here; the replica holding one (this one too, should a link
+            # connect meanwhile) receives the wake-up and dispatches from the outbox.
+            route = SessionRoute(workspace_id, session_id, *target)
+
+            async def wake_after_commit() -> None:
+                await wakeups.wake([route])
+
+            repos.uow.after_commit(wake_after_commit)
+            return
 
         async def dispatch_after_commit() -> None:
             await dispatch_session(ctx, workspace_id, session_id)
@@ -313,7 +333,7 @@ async def _mark_dispatched(
     return _outbound(row)
 
 
-async def record_ack(ctx: HostContext, ack: CommandAck) -> None:
+async def record_ack(ctx: HostContext, ack: CommandAck) -> command_acks.AckOutcome:
     """Record a runtime's acknowledgement on its outbox row, in a transaction of its own.
 
     ``accepted`` completes the row; ``rejected`` (an explicit provider rejection) fails it
@@ -344,6 +364,7 @@ async def record_ack(ctx: HostContext, ack: CommandAck) -> None:
         _log.info("acknowledgement for unknown command %s", ack.command_id)
     elif outcome.applied and outcome.state == "failed":
         _log.info("runtime rejected command %s: %s", ack.command_id, outcome.error)
+    return outcome
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ from services.host.runtime.commands import (
     RuntimeSessionContext,
     StartTurn,
 )
+from services.host.runtime.presence import serving_identity
 from services.host.turns import command_outbox, lifecycle, mentions
 from services.host.turns.reference_metadata import (
     ReferenceMeta,
@@ -323,12 +324,13 @@ async def _check_deliverable(
                     reason="AGENT_TARGET_UNAVAILABLE",
                 )
             capabilities = Capabilities.from_json(target.capabilities_json)
-    link = ctx.runtimes.link_for(ws, session.agent_target_id, session.provider)
-    if link is None:
+    # SCALE-2: a runtime attached to any replica serves it (a local link answers at once).
+    runtime = await serving_identity(ctx, ws, session.agent_target_id, session.provider)
+    if runtime is None:
         raise runtime_unavailable(session)
     if submission.delivery in ("guidance", "interrupt"):
         advertised = getattr(capabilities, submission.delivery) and bool(
-            link.identity.capabilities.get(submission.delivery)
+            runtime.capabilities.get(submission.delivery)
         )
         if not advertised:
             raise FailedPrecondition(
