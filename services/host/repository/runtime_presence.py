@@ -63,21 +63,21 @@ _DETACH: Final = WriteStatement(
     update(_P)
     .where(
         and_(
-            _P.c.runtime_id == bindparam("runtime_id"),
-            _P.c.replica_id == bindparam("replica_id"),
-            _P.c.link_id == bindparam("link_id"),
+            _P.c.runtime_id == bindparam("rt"),
+            _P.c.replica_id == bindparam("replica"),
+            _P.c.link_id == bindparam("link"),
         )
     )
     .values(replica_id=None, link_id=None, detached_at_unix_ms=bindparam("now"))
 )
 _RENEW: Final = WriteStatement(
     update(_P)
-    .where(_P.c.replica_id == bindparam("replica_id"))
+    .where(_P.c.replica_id == bindparam("replica"))
     .values(lease_expires_at_unix_ms=bindparam("expires"))
 )
 _RELEASE: Final = WriteStatement(
     update(_P)
-    .where(_P.c.replica_id == bindparam("replica_id"))
+    .where(_P.c.replica_id == bindparam("replica"))
     .values(replica_id=None, link_id=None, detached_at_unix_ms=bindparam("now"))
 )
 # One statement: exactly one replica claims each expired row (the row lock of the UPDATE).
@@ -150,18 +150,18 @@ def detach(
     conn: WriteConnection, *, runtime_id: str, replica_id: str, link_id: str, now: int
 ) -> bool:
     """Record that this link ended; ``False`` when a newer link already took the row."""
-    params = {"runtime_id": runtime_id, "replica_id": replica_id, "link_id": link_id, "now": now}
+    params = {"rt": runtime_id, "replica": replica_id, "link": link_id, "now": now}
     return conn.execute(_DETACH, params) > 0
 
 
 def renew(conn: WriteConnection, *, replica_id: str, expires: int) -> int:
     """Extend the lease of every row of ``replica_id`` (the heartbeat); how many."""
-    return conn.execute(_RENEW, {"replica_id": replica_id, "expires": expires})
+    return conn.execute(_RENEW, {"replica": replica_id, "expires": expires})
 
 
 def release_replica(conn: WriteConnection, *, replica_id: str, now: int) -> int:
     """Mark every row of ``replica_id`` detached (the replica stops)."""
-    return conn.execute(_RELEASE, {"replica_id": replica_id, "now": now})
+    return conn.execute(_RELEASE, {"replica": replica_id, "now": now})
 
 
 def claim_expired(conn: WriteConnection, *, now: int) -> list[PresenceRow]:
