@@ -487,8 +487,7 @@ def test_production_scales_stateless_services_behind_pdbs() -> None:
     deployments = of_kind(docs, "Deployment")
     budgets = of_kind(docs, "PodDisruptionBudget")
     for service, deployment in deployments.items():
-        if service in SINGLETONS["production"] or service == "host":
-            # host: one pod, rolled surge first, until SCALE-2 lands (ADR 0006).
+        if service in SINGLETONS["production"]:
             assert service not in budgets
             continue
         assert deployment["spec"]["replicas"] >= 2, service

@@ -35,8 +35,8 @@ Document = dict[str, Any]
 
 REPLICATED = ("host", "livestream")
 """Rolled surge first with the drain behind preStop, on the bus."""
-MULTI_REPLICA = ("livestream",)
-"""Two or more replicas behind a PDB. host joins when SCALE-2 lands (ADR 0006)."""
+MULTI_REPLICA = ("host", "livestream")
+"""Two or more replicas behind a PDB (host since SCALE-2, ADR 0042)."""
 NATS_MEMBERS = 3
 NATS_CLIENT_PORT = 4222
 NATS_CLUSTER_PORT = 6222
@@ -115,7 +115,7 @@ def test_scale_out_documents_pass_the_strict_schema(version: str) -> None:
 
 @pytest.mark.parametrize("service", REPLICATED)
 def test_replicated_services_roll_without_losing_capacity(service: str) -> None:
-    """Two or more replicas (host: one for now); a rollout surges first, waits minReady."""
+    """Two or more replicas; a rollout surges first, waits minReady."""
     deployment = of_kind(production(), "Deployment")[service]["spec"]
     assert deployment["replicas"] >= (2 if service in MULTI_REPLICA else 1)
     assert deployment["strategy"]["type"] == "RollingUpdate"
@@ -125,11 +125,14 @@ def test_replicated_services_roll_without_losing_capacity(service: str) -> None:
     assert deployment["minReadySeconds"] > 0
 
 
-def test_host_runs_one_replica_without_a_budget_until_any_replica_reaches_its_runtime() -> None:
-    """host stays at one pod (and so without a PDB) until SCALE-2 lands."""
+@pytest.mark.spec("SCALE-2")
+def test_host_runs_two_replicas_behind_a_budget_now_any_replica_reaches_its_runtime() -> None:
+    """A runtime may attach to either host replica (SCALE-2): two pods, one kept by a PDB."""
     docs = production()
-    assert of_kind(docs, "Deployment")["host"]["spec"]["replicas"] == 1
-    assert "host" not in of_kind(docs, "PodDisruptionBudget")
+    assert of_kind(docs, "Deployment")["host"]["spec"]["replicas"] >= 2
+    budget = of_kind(docs, "PodDisruptionBudget")["host"]["spec"]
+    assert budget["minAvailable"] == 1
+    assert budget["selector"]["matchLabels"] == {"app.kubernetes.io/name": "host"}
 
 
 @pytest.mark.parametrize("service", MULTI_REPLICA)
@@ -190,8 +193,7 @@ def test_dialed_services_are_balanced_over_headless_services() -> None:
             for deployment in deployments.values()
             if deployment["spec"]["selector"]["matchLabels"] == service["selector"]
         )
-        minimum = 1 if target["metadata"]["name"] == "host" else 2  # host: one for now
-        assert target["spec"]["replicas"] >= minimum, name
+        assert target["spec"]["replicas"] >= 2, name
         assert {entry["port"] for entry in service["ports"]} == {int(port)}
         assert int(port) == SERVICES[target["metadata"]["name"]]
 
