@@ -4,8 +4,9 @@ A runtime connects *to* Host over ``RuntimeLink`` and names, in its hello, the p
 and agent targets it serves. The registry keeps one :class:`RuntimeLinkHandle` per
 ``runtime_id`` (a newer link replaces the older one) and routes commands for a Session to
 the newest link that serves the Session's provider and target inside the workspaces of
-the runtime's token. Host runs as one replica (ADR 0006), so the registry lives in the
-process; durable facts (commands, reports) are in the store.
+the runtime's token. The registry holds this process's links; with several replicas
+``services.host.runtime.presence`` records them in the store so the others can route to them
+(SCALE-2, ADR 0042). Durable facts (commands, reports) are in the store.
 
 This module never imports grpc: the wire layer drains :attr:`RuntimeLinkHandle.outbound`
 onto the stream and feeds acknowledgements back through :meth:`RuntimeLinkHandle.resolve_ack`.

@@ -6,7 +6,9 @@ dispatched after the commit to the link that serves the Session. Rows stay ``pen
 until dispatched and ``dispatched`` until the runtime acknowledges them; a link that
 (re)connects receives every unacknowledged command of the Sessions it serves, so a
 command survives a Host restart and a runtime reconnect (commands are idempotent by
-``command_id``).
+``command_id``). With several replicas (SCALE-2, ADR 0042) a commit where no local link serves
+the Session publishes a wake-up instead; the replica holding the link dispatches from the
+outbox (``services.host.runtime.wakeups``).
 """
 
 from __future__ import annotations
