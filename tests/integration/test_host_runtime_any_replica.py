@@ -378,3 +378,18 @@ def test_a_runtime_that_moves_to_the_other_replica_within_the_grace_keeps_its_tu
     # The control: gone from every replica past the grace, the Turn is settled.
     moved.close()
     _wait_for(lambda: first.turn(turn_id).outcome == INTERRUPTED, "the Turn interrupted")
+
+
+@pytest.mark.spec("SCALE-2", "HOST-RT-1")
+def test_a_link_left_open_on_one_replica_is_closed_once_the_runtime_attached_to_the_other(
+    replica_pair: ReplicaPair,
+) -> None:
+    """A half-open old stream must not keep taking commands the runtime never sees."""
+    first, second = replica_pair(runtime_presence_lease_seconds="1.5")
+    stale = ScriptedRuntime(first.channel)
+    fresh = ScriptedRuntime(second.channel)  # the same runtime, reconnected elsewhere
+    _wait_for(lambda: stale.error is not None, "the old link on replica 1 closed", 15)
+    turn_id = first.send("hello", canonical_pb2.DELIVERY_MODE_NEW_TURN)
+    assert _take(fresh).start_turn.turn_id == turn_id
+    _nothing_more(fresh)
+    fresh.close()

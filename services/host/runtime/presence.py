@@ -84,6 +84,8 @@ class ReplicaPresence:
         self._lease_ms = max(1, round(lease_seconds * 1000))
         self._heartbeat: asyncio.Task[None] | None = None
         self._orphaned: Orphaned | None = None
+        self._recorded: set[str] = set()
+        """Links of this process whose attachment is in the store."""
 
     def _expires(self) -> int:
         return self._ctx.clock() + self._lease_ms
@@ -97,7 +99,7 @@ class ReplicaPresence:
         """
         identity = handle.identity
         now = self._ctx.clock()
-        return await self._ctx.write(
+        previous = await self._ctx.write(
             lambda conn: runtime_presence.attach(
                 conn,
                 runtime_id=identity.runtime_id,
@@ -109,9 +111,12 @@ class ReplicaPresence:
                 expires=now + self._lease_ms,
             )
         )
+        self._recorded.add(handle.link_id)
+        return previous
 
     async def detached(self, handle: RuntimeLinkHandle) -> None:
         """Record that ``handle`` ended (a newer link elsewhere keeps its row)."""
+        self._recorded.discard(handle.link_id)
         now = self._ctx.clock()
         try:
             await self._ctx.write(
@@ -183,6 +188,7 @@ class ReplicaPresence:
         await self._ctx.write(
             lambda conn: runtime_presence.renew(conn, replica_id=self.replica_id, expires=expires)
         )
+        await self._close_superseded()
         now = self._ctx.clock()
         claimed = await self._ctx.write(lambda conn: runtime_presence.claim_expired(conn, now=now))
         for row in claimed:
@@ -191,6 +197,33 @@ class ReplicaPresence:
                 await self._orphaned(
                     decode_identity(row.runtime_id, row.instance_id, row.identity_json)
                 )
+
+    async def _close_superseded(self) -> None:
+        """Close local links whose runtime has since attached to another replica.
+
+        A runtime that reconnected elsewhere while its old stream here looked alive (a
+        half-open connection) must not keep receiving commands here: the row names the other
+        replica now. Only links recorded before the read are judged, so a link attaching here
+        meanwhile is never mistaken for a superseded one.
+        """
+        recorded = [h for h in self._ctx.runtimes.links() if h.link_id in self._recorded]
+        if not recorded:
+            return
+        now = self._ctx.clock()
+        rows = await self._ctx.read(
+            lambda conn: runtime_presence.live_rows(conn, now=now), one_statement=True
+        )
+        holders = {row.runtime_id: row.replica_id for row in rows}
+        for handle in recorded:
+            holder = holders.get(handle.identity.runtime_id)
+            if holder is not None and holder != self.replica_id:
+                _log.info(
+                    "runtime %s attached to another replica; closing its link %s here",
+                    handle.identity.runtime_id,
+                    handle.link_id,
+                )
+                handle.replaced = True  # the stream ends ABORTED RUNTIME_LINK_REPLACED
+                handle.close()
 
 
 async def serving_identity(
