@@ -109,6 +109,12 @@ class WriteConnection:
         row = self._connection.execute(compiled.sql, compiled.bind(params)).fetchone()
         return None if row is None else compiled.decode(row)
 
+    def all(self, query: ReadQuery, params: Mapping[str, Any] | None = None) -> list[Any]:
+        """Every row of ``query`` (named tuples); ``FOR UPDATE`` locks them."""
+        compiled = query.compiled(self.backend)
+        rows = self._connection.execute(compiled.sql, compiled.bind(params)).fetchall()
+        return [compiled.decode(row) for row in rows]
+
     def execute(self, statement: WriteStatement, params: Mapping[str, Any] | None = None) -> int:
         """Run a write statement; return the number of rows it changed."""
         compiled = statement.compiled(self.backend)
@@ -156,6 +162,10 @@ class TransactionWriteConnection(WriteConnection):
     def first(self, query: ReadQuery, params: Mapping[str, Any] | None = None) -> Any | None:
         """The first row of ``query`` or ``None``; ``FOR UPDATE`` locks it."""
         return self._sa.execute(query.statement, dict(params or {})).first()
+
+    def all(self, query: ReadQuery, params: Mapping[str, Any] | None = None) -> list[Any]:
+        """Every row of ``query``; ``FOR UPDATE`` locks them."""
+        return list(self._sa.execute(query.statement, dict(params or {})).all())
 
     def execute(self, statement: WriteStatement, params: Mapping[str, Any] | None = None) -> int:
         """Run a write statement; return the number of rows it changed."""
