@@ -55,7 +55,7 @@ from services.host.repository.row_records import MessageRecord
 from services.host.repository.unit_of_work import HostTransaction
 from store.direct_writes import WriteConnection
 
-__all__ = ["ActivityLog", "EventSet", "ResolvedState", "event_set"]
+__all__ = ["ActivityLog", "EventSet", "ResolvedState", "event_set", "resolve_state"]
 
 _log = logging.getLogger(__name__)
 
@@ -243,6 +243,11 @@ def _build(changes: ChangeSet, groups: list[_MessageGroup], state: ResolvedState
     for key, (generation, deleted_at) in changes.deleted.items():
         found.events.append((key[0], SessionDeleted(key[1], generation, deleted_at)))
     return found
+
+
+async def resolve_state(changes: ChangeSet, tx: HostTransaction) -> ResolvedState:
+    """The state :func:`event_set` reports for ``changes``, read through the ORM transaction."""
+    return await _resolve(changes, _message_groups(changes.messages), tx)
 
 
 async def _resolve(
