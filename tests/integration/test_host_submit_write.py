@@ -35,7 +35,12 @@ from store.models import ActivityEvent, RuntimeCommandOutbox, Session
 WS = "ws-1"
 SID = "s-submit"
 IDENTITY = RuntimeIdentity(
-    "rt", "i1", frozenset({"demo"}), frozenset(), {"guidance": True, "interrupt": True}, {"*"}
+    "rt",
+    "i1",
+    frozenset({"demo"}),
+    frozenset(),
+    {"guidance": True, "interrupt": True},
+    frozenset({"*"}),
 )
 
 
