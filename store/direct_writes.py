@@ -30,10 +30,9 @@ A write function can also run inside an ORM transaction, on that transaction's c
 (:class:`TransactionWriteConnection`, through ``AsyncConnection.run_sync``), so a write that is
 part of a larger ORM transaction (the activity append) has one implementation, not two.
 
-Only for transactions that change no activity (no ``activity_events`` rows): the activity
-outbox, which builds the event set and publishes it after the commit, runs in
-``services.host.repository.unit_of_work.run``; its append is such a function
-(``repository.activity_events.append_events``), ready for a direct write that changes activity.
+A direct write that changes activity appends its own ``activity_events`` rows on the same
+connection (``repository.activity_events.append_events``) and its caller publishes them after
+the commit: Host's ``HostContext.write_activity`` does both (the submit, ADR 0034).
 """
 
 from __future__ import annotations

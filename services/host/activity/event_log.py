@@ -15,6 +15,11 @@ returns — the commit observer — publishes one :class:`CommittedBatch` per wo
 commit. Its failure is logged and never undoes the commit: the rows are the truth, publication
 is a hint (a subscriber that misses one reads the log).
 
+A direct write that changes activity (the submit, ADR 0034) appends on its own connection
+instead: :meth:`ActivityLog.append_resolved` builds the same event set (:func:`event_set`, the
+one builder) from the state the write reports it left, with nothing to read; the ORM path
+resolves that state through its transaction first (:func:`resolve_state`).
+
 Event set per commit, in this order (so a consumer sees rows before the terminal state that
 references them, mirroring the causal write barrier of HOST-RT-3):
 ``session_reconcile_required`` (created Sessions, or Session fields no other event carries),
