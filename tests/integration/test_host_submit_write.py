@@ -25,8 +25,8 @@ from services.host.context import HostContext, wall_clock_ms
 from services.host.repository import unit_of_work
 from services.host.repository.unit_of_work import HostTransaction
 from services.host.runtime.registry import RuntimeIdentity, RuntimeLinkHandle
-from services.host.turns.submission import Submission
-from services.host.turns.submit_write import SubmitWrite, write_submission
+from services.host.turns.submission import Submission, send_input
+from services.host.turns.submit_write import ActiveTurnToSettle, SubmitWrite, write_submission
 from services.host.wire.activity_codec import ProtoEventCodec
 from services.host.wire.command_codec import ProtoCommandCodec
 from store.database import Database
@@ -238,6 +238,34 @@ def test_a_direct_submit_dispatches_its_command_after_the_older_pending_one_in_i
                 ("cmd-older", "dispatched", 2),
                 (new_id, "dispatched", 1),
             ]
+        finally:
+            await ctx.database.stop()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.spec("HOST-TURN-2", "HOST-TURN-5")
+def test_an_interrupt_of_an_active_turn_leaves_the_direct_path_unwritten_for_the_orm_one(
+    migrated_db_url: str,
+) -> None:
+    async def scenario() -> None:
+        ctx, link, _ = await _host(migrated_db_url)
+        try:
+            started = await _direct(ctx, _submission("c1", "first"))
+            assert started.dispatched is not None
+            started.dispatched.send()
+            before = (await _last_event_id(ctx), link.outbound.qsize())
+            interrupt = Submission(WS, SID, "c2", "interrupt", None, "agent", "second")
+            with pytest.raises(ActiveTurnToSettle) as found:
+                await _direct(ctx, interrupt)
+            assert found.value.turn_id == started.turns[0].turn_id
+            assert (await _last_event_id(ctx), link.outbound.qsize()) == before
+            # What send_input does next: the same function on the ORM transaction.
+            result = await send_input(ctx, interrupt)
+            assert result.interrupted_turn_id == started.turns[0].turn_id
+            assert result.turn.phase == "queued"
+            sent = [link.outbound.get_nowait() for _ in range(link.outbound.qsize())]
+            assert [c.kind if c else None for c in sent][-2:] == ["interrupt_turn", "start_turn"]
         finally:
             await ctx.database.stop()
 
