@@ -30,10 +30,9 @@ A write function can also run inside an ORM transaction, on that transaction's c
 (:class:`TransactionWriteConnection`, through ``AsyncConnection.run_sync``), so a write that is
 part of a larger ORM transaction (the activity append) has one implementation, not two.
 
-Only for transactions that change no activity (no ``activity_events`` rows): the activity
-outbox, which builds the event set and publishes it after the commit, runs in
-``services.host.repository.unit_of_work.run``; its append is such a function
-(``repository.activity_events.append_events``), ready for a direct write that changes activity.
+A direct write that changes activity appends its own ``activity_events`` rows on the same
+connection (``repository.activity_events.append_events``) and its caller publishes them after
+the commit: Host's ``HostContext.write_activity`` does both (the submit, ADR 0034).
 """
 
 from __future__ import annotations
@@ -109,6 +108,12 @@ class WriteConnection:
         row = self._connection.execute(compiled.sql, compiled.bind(params)).fetchone()
         return None if row is None else compiled.decode(row)
 
+    def all(self, query: ReadQuery, params: Mapping[str, Any] | None = None) -> list[Any]:
+        """Every row of ``query`` (named tuples); ``FOR UPDATE`` locks them."""
+        compiled = query.compiled(self.backend)
+        rows = self._connection.execute(compiled.sql, compiled.bind(params)).fetchall()
+        return [compiled.decode(row) for row in rows]
+
     def execute(self, statement: WriteStatement, params: Mapping[str, Any] | None = None) -> int:
         """Run a write statement; return the number of rows it changed."""
         compiled = statement.compiled(self.backend)
@@ -156,6 +161,10 @@ class TransactionWriteConnection(WriteConnection):
     def first(self, query: ReadQuery, params: Mapping[str, Any] | None = None) -> Any | None:
         """The first row of ``query`` or ``None``; ``FOR UPDATE`` locks it."""
         return self._sa.execute(query.statement, dict(params or {})).first()
+
+    def all(self, query: ReadQuery, params: Mapping[str, Any] | None = None) -> list[Any]:
+        """Every row of ``query``; ``FOR UPDATE`` locks them."""
+        return list(self._sa.execute(query.statement, dict(params or {})).all())
 
     def execute(self, statement: WriteStatement, params: Mapping[str, Any] | None = None) -> int:
         """Run a write statement; return the number of rows it changed."""

@@ -6,11 +6,13 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from services.host.activity.broker import CommittedBatch
 from services.host.activity.feed import ActivityFeed
 from services.host.model.mutation_lanes import MutationLanes
 from services.host.repository import unit_of_work
+from services.host.repository.changes import ChangeSet, ResolvedState
 from services.host.repository.unit_of_work import HostTransaction
 from services.host.runtime.commands import CommandCodec
 from services.host.runtime.registry import RuntimeRegistry
@@ -25,6 +27,16 @@ if TYPE_CHECKING:
     from services.host.runtime.wakeups import CommandWakeups
 
 ResultT = TypeVar("ResultT")
+
+
+class ActivityWrite(Protocol):
+    """The result of a write function that changed activity (``HostContext.write_activity``)."""
+
+    def activity(self) -> tuple[ChangeSet, ResolvedState]:
+        """What it changed, and the state its events report."""
+
+
+ActivityWriteT = TypeVar("ActivityWriteT", bound=ActivityWrite)
 
 
 def wall_clock_ms() -> int:
@@ -110,6 +122,30 @@ class HostContext:
         :meth:`transact`, whose activity outbox appends their events.
         """
         return await self.database.writes.run(write)
+
+    async def write_activity(
+        self, write: Callable[[WriteConnection], ActivityWriteT]
+    ) -> ActivityWriteT:
+        """Run a synchronous write transaction that changes activity, in one thread hop.
+
+        Like :meth:`write`, and last in the same transaction, on the same thread, the
+        activity outbox appends the events of what ``write`` reports it changed
+        (``ActivityLog.append_resolved``: the state it wrote, nothing read); they are
+        published after the commit, before the caller's own post-commit steps, as
+        :meth:`transact` does (HOST-OBS-1, ADR 0034).
+        """
+        log = self.activity.log
+        if log is None:
+            return await self.database.writes.run(write)
+
+        def write_and_append(conn: WriteConnection) -> tuple[ActivityWriteT, list[CommittedBatch]]:
+            result = write(conn)
+            changes, state = result.activity()
+            return result, log.append_resolved(conn, changes, state)
+
+        result, batches = await self.database.writes.run(write_and_append)
+        log.publish(batches)
+        return result
 
     async def read(
         self, read: Callable[[ReadConnection], ResultT], *, one_statement: bool = False

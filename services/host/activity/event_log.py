@@ -15,6 +15,11 @@ returns — the commit observer — publishes one :class:`CommittedBatch` per wo
 commit. Its failure is logged and never undoes the commit: the rows are the truth, publication
 is a hint (a subscriber that misses one reads the log).
 
+A direct write that changes activity (the submit, ADR 0034) appends on its own connection
+instead: :meth:`ActivityLog.append_resolved` builds the same event set (:func:`event_set`, the
+one builder) from the state the write reports it left, with nothing to read; the ORM path
+resolves that state through its transaction first (:func:`resolve_state`).
+
 Event set per commit, in this order (so a consumer sees rows before the terminal state that
 references them, mirroring the causal write barrier of HOST-RT-3):
 ``session_reconcile_required`` (created Sessions, or Session fields no other event carries),
@@ -44,12 +49,18 @@ from services.host.activity.events import (
     session_of,
 )
 from services.host.model.records import TurnRecord
-from services.host.repository.activity_events import AppendedRun, NewEventRow, StoredEvent
-from services.host.repository.changes import ChangeSet
+from services.host.repository.activity_events import (
+    AppendedRun,
+    NewEventRow,
+    StoredEvent,
+    append_events,
+)
+from services.host.repository.changes import ChangeSet, ResolvedState, TurnKey
 from services.host.repository.row_records import MessageRecord
 from services.host.repository.unit_of_work import HostTransaction
+from store.direct_writes import WriteConnection
 
-__all__ = ["ActivityLog"]
+__all__ = ["ActivityLog", "EventSet", "ResolvedState", "event_set", "resolve_state"]
 
 _log = logging.getLogger(__name__)
 
@@ -93,25 +104,44 @@ class ActivityLog:
     async def append(self, tx: HostTransaction) -> Callable[[], Awaitable[None]] | None:
         """Append the events of ``tx.changes`` in ``tx``; return the commit observer.
 
+        The state the events report (Session cursors, Turn phases) is read through ``tx``
+        first (:func:`resolve_state`), then the one builder (:func:`event_set`) runs on it.
+
         Raises:
             Exception: the append failed; the transaction rolls back with it.
         """
         now = self.clock()
         changes = tx.changes.snapshot()
-        found = await _event_set(changes, _FinalState(tx))
+        groups = _message_groups(changes.messages)
+        found = _build(changes, groups, await _resolve(changes, groups, tx))
         if not found.events:
             return None
-        settled = tuple(
-            (turn.workspace_id, turn.session_id, turn.turn_id)
-            for turn in changes.turns
-            if turn.phase == "settled"
-        )
-        batches = await self._append(tx, now, found, settled)
+        rows = self._rows(found, now)
+        batches = self._batches(rows, await tx.events.append(rows), found, changes)
 
         async def publish() -> None:
             self.publish(batches)
 
         return publish
+
+    def append_resolved(
+        self, conn: WriteConnection, changes: ChangeSet, state: ResolvedState
+    ) -> list[CommittedBatch]:
+        """Append the events of ``changes`` in an open direct write; the batches to publish.
+
+        For a write function that changes activity (the submit, ADR 0034): it runs on the
+        store's writer thread with the state it wrote (``state``), so nothing is read. The
+        caller publishes the batches (:meth:`publish`) after the commit.
+
+        Raises:
+            Exception: the append failed; the transaction rolls back with it.
+        """
+        now = self.clock()
+        found = event_set(changes, state)
+        if not found.events:
+            return []
+        rows = self._rows(found, now)
+        return self._batches(rows, append_events(conn, rows), found, changes)
 
     def publish(self, batches: list[CommittedBatch]) -> None:
         """The commit observer: hand each batch to the broker; never raises."""
@@ -121,15 +151,9 @@ class ActivityLog:
             except Exception:  # noqa: BLE001 - observer failure never undoes a commit
                 _log.exception("publishing committed activity events failed")
 
-    async def _append(
-        self,
-        tx: HostTransaction,
-        now: int,
-        found: _EventSet,
-        settled_keys: tuple[tuple[str, str, str], ...],
-    ) -> list[CommittedBatch]:
-        """Append the event rows; one :class:`CommittedBatch` per workspace to publish."""
-        rows_to_append = [
+    def _rows(self, found: EventSet, now: int) -> list[NewEventRow]:
+        """The event rows to append, in event order."""
+        return [
             NewEventRow(
                 workspace_id=workspace_id,
                 session_id=session_of(item),
@@ -139,10 +163,21 @@ class ActivityLog:
             )
             for workspace_id, item in found.events
         ]
-        appended = await tx.events.append(rows_to_append)
-        stored_by_ws, redundant = _stored_events(
-            rows_to_append, appended, found.redundant_by_position
+
+    @staticmethod
+    def _batches(
+        rows: list[NewEventRow],
+        appended: dict[str, AppendedRun],
+        found: EventSet,
+        changes: ChangeSet,
+    ) -> list[CommittedBatch]:
+        """One :class:`CommittedBatch` per workspace of the appended rows, to publish."""
+        settled_keys = tuple(
+            (turn.workspace_id, turn.session_id, turn.turn_id)
+            for turn in changes.turns
+            if turn.phase == "settled"
         )
+        stored_by_ws, redundant = _stored_events(rows, appended, found.redundant_by_position)
         batches: list[CommittedBatch] = []
         for workspace_id, stored_events in stored_by_ws.items():
             ids_here = {item.event_id for item in stored_events}
@@ -160,32 +195,7 @@ class ActivityLog:
 
 
 @dataclass
-class _FinalState:
-    """Memoized reads of the state a transaction leaves, as its events report it."""
-
-    tx: HostTransaction
-    sessions: dict[SessionKey, tuple[str | None, int]] = field(default_factory=dict)
-    settled: dict[tuple[str, str, str], bool] = field(default_factory=dict)
-
-    async def session(self, workspace_id: str, session_id: str) -> tuple[str | None, int]:
-        """The Session's active Turn id and message version (``(None, 0)`` when gone)."""
-        key = (workspace_id, session_id)
-        if key not in self.sessions:
-            found = await self.tx.session_rows.cursor_state(workspace_id, session_id)
-            self.sessions[key] = (None, 0) if found is None else found
-        return self.sessions[key]
-
-    async def turn_settled(self, workspace_id: str, session_id: str, turn_id: str) -> bool:
-        """Whether the Turn exists and is settled."""
-        key = (workspace_id, session_id, turn_id)
-        if key not in self.settled:
-            phase = await self.tx.turns.phase_of(workspace_id, session_id, turn_id)
-            self.settled[key] = phase == "settled"
-        return self.settled[key]
-
-
-@dataclass
-class _EventSet:
+class EventSet:
     """A commit's events in order, and what its batches carry beside them."""
 
     events: list[tuple[str, DurableEvent]] = field(default_factory=list)
@@ -193,53 +203,123 @@ class _EventSet:
     anchors: list[_ToolCallAnchor] = field(default_factory=list)
 
 
-async def _event_set(changes: ChangeSet, state: _FinalState) -> _EventSet:
-    """The events describing ``changes``, in the order of the module docstring."""
-    for turn in changes.turns:
-        state.settled[(turn.workspace_id, turn.session_id, turn.turn_id)] = turn.phase == "settled"
-    found = _EventSet()
+@dataclass(frozen=True)
+class _MessageGroup:
+    """One Session's changed Messages in version order, with their decoded payloads."""
+
+    key: SessionKey
+    payloads: list[tuple[MessageRecord, dict[str, Any]]]
+
+
+def event_set(changes: ChangeSet, state: ResolvedState) -> EventSet:
+    """The events describing ``changes`` over the resolved final ``state`` (one builder).
+
+    In the order of the module docstring. Synchronous: the ORM path resolves ``state``
+    first (:meth:`ActivityLog.append`), a direct write passes the state it wrote.
+
+    Raises:
+        KeyError: ``state`` lacks a Session or Turn the events report (a bug of the caller).
+    """
+    return _build(changes, _message_groups(changes.messages), state)
+
+
+def _build(changes: ChangeSet, groups: list[_MessageGroup], state: ResolvedState) -> EventSet:
+    settled = {**state.settled, **_settled_in(changes)}
+    found = EventSet()
     for key, names in changes.sessions.items():
         # A created Session (CREATED) or a reconcile request (RECONCILE) is never in the set.
         if key not in changes.deleted and names - _NOT_RECONCILED:
             found.events.append((key[0], SessionReconcileRequired(key[1])))
     for key, generation in changes.restored.items():
         found.events.append((key[0], SessionRestored(key[1], generation)))
-    await _add_turn_updates(found, state, changes.turns, settled=False)
+    _add_turn_updates(found, state, changes.turns, settled=False)
     for interaction in changes.interactions:
         found.events.append((interaction.workspace_id, InteractionUpdate(interaction)))
-    await _add_message_updates(found, state, changes.messages)
-    await _add_turn_updates(found, state, changes.turns, settled=True)
+    for group in groups:
+        workspace_id, session_id = group.key
+        _, latest = state.sessions[group.key]
+        found.anchors.extend(_tool_call_anchors(workspace_id, session_id, group.payloads))
+        texts = _live_texts(settled, group)
+        if texts:
+            found.redundant_by_position[len(found.events)] = texts
+        rows = tuple(row for row, _ in group.payloads)
+        found.events.append((workspace_id, MessageUpdate(session_id, rows, latest)))
+    _add_turn_updates(found, state, changes.turns, settled=True)
     for key, (generation, deleted_at) in changes.deleted.items():
         found.events.append((key[0], SessionDeleted(key[1], generation, deleted_at)))
     return found
 
 
-async def _add_turn_updates(
-    found: _EventSet, state: _FinalState, turns: tuple[TurnRecord, ...], *, settled: bool
+async def resolve_state(changes: ChangeSet, tx: HostTransaction) -> ResolvedState:
+    """The state :func:`event_set` reports for ``changes``, read through the ORM transaction."""
+    return await _resolve(changes, _message_groups(changes.messages), tx)
+
+
+async def _resolve(
+    changes: ChangeSet, groups: list[_MessageGroup], tx: HostTransaction
+) -> ResolvedState:
+    """Read, through ``tx``, the state :func:`_build` reports: the reads it always made.
+
+    The same reads in the same order as the builder asks for them: each Session's cursor
+    once, and a Turn's phase only while a Session's Messages are all live text so far.
+    """
+    state = ResolvedState()
+    settled = _settled_in(changes)
+
+    async def read_session(key: SessionKey) -> None:
+        if key not in state.sessions:
+            found = await tx.session_rows.cursor_state(*key)
+            state.sessions[key] = (None, 0) if found is None else found
+
+    for turn in changes.turns:
+        if turn.phase != "settled":
+            await read_session((turn.workspace_id, turn.session_id))
+    for group in groups:
+        await read_session(group.key)
+        for row, payload in group.payloads:
+            turn_key = _live_text_turn(group.key, row, payload)
+            if turn_key is None:
+                break
+            if turn_key not in settled:
+                settled[turn_key] = state.settled[turn_key] = (
+                    await tx.turns.phase_of(*turn_key) == "settled"
+                )
+            if settled[turn_key]:
+                break
+    for turn in changes.turns:
+        if turn.phase == "settled":
+            await read_session((turn.workspace_id, turn.session_id))
+    return state
+
+
+def _settled_in(changes: ChangeSet) -> dict[TurnKey, bool]:
+    """Whether each Turn the transaction changed is settled (known without a read)."""
+    return {
+        (turn.workspace_id, turn.session_id, turn.turn_id): turn.phase == "settled"
+        for turn in changes.turns
+    }
+
+
+def _message_groups(messages: tuple[MessageRecord, ...]) -> list[_MessageGroup]:
+    """One group per Session, in first-recorded order, its Messages in version order."""
+    by_session: dict[SessionKey, list[MessageRecord]] = {}
+    for message in messages:
+        by_session.setdefault((message.workspace_id, message.session_id), []).append(message)
+    groups: list[_MessageGroup] = []
+    for key, rows in by_session.items():
+        rows.sort(key=lambda message: message.version)
+        groups.append(_MessageGroup(key, [(row, _payload(row.payload_json)) for row in rows]))
+    return groups
+
+
+def _add_turn_updates(
+    found: EventSet, state: ResolvedState, turns: tuple[TurnRecord, ...], *, settled: bool
 ) -> None:
     """``turn_update`` for each of ``turns`` that is settled (or, with ``settled=False``, not)."""
     for turn in turns:
         if (turn.phase == "settled") == settled:
-            active, _ = await state.session(turn.workspace_id, turn.session_id)
+            active, _ = state.sessions[(turn.workspace_id, turn.session_id)]
             found.events.append((turn.workspace_id, TurnUpdate(turn, active)))
-
-
-async def _add_message_updates(
-    found: _EventSet, state: _FinalState, messages: tuple[MessageRecord, ...]
-) -> None:
-    """One ``message_update`` per Session, its Messages in version order."""
-    by_session: dict[SessionKey, list[MessageRecord]] = {}
-    for message in messages:
-        by_session.setdefault((message.workspace_id, message.session_id), []).append(message)
-    for (workspace_id, session_id), rows in by_session.items():
-        rows.sort(key=lambda message: message.version)
-        _, latest = await state.session(workspace_id, session_id)
-        payloads = [(row, _payload(row.payload_json)) for row in rows]
-        found.anchors.extend(_tool_call_anchors(workspace_id, session_id, payloads))
-        texts = await _live_texts(state, workspace_id, session_id, payloads)
-        if texts:
-            found.redundant_by_position[len(found.events)] = texts
-        found.events.append((workspace_id, MessageUpdate(session_id, tuple(rows), latest)))
 
 
 def _tool_call_anchors(
@@ -262,25 +342,20 @@ def _tool_call_anchors(
     return anchors
 
 
-async def _live_texts(
-    state: _FinalState,
-    workspace_id: str,
-    session_id: str,
-    payloads: list[tuple[MessageRecord, dict[str, Any]]],
-) -> dict[str, str] | None:
+def _live_text_turn(key: SessionKey, row: MessageRecord, payload: dict[str, Any]) -> TurnKey | None:
+    """The Turn of a live-text Message (text or reasoning of a Turn); ``None`` for any other."""
+    live = row.kind in _LIVE_TEXT_KINDS and isinstance(payload.get("text"), str)
+    return (key[0], key[1], row.turn_id) if live and row.turn_id is not None else None
+
+
+def _live_texts(settled: dict[TurnKey, bool], group: _MessageGroup) -> dict[str, str] | None:
     """``{message_id: text}`` when every Message is live text of an unsettled Turn, else None."""
     texts: dict[str, str] = {}
-    for row, payload in payloads:
-        text = payload.get("text")
-        if (
-            row.kind in _LIVE_TEXT_KINDS
-            and row.turn_id is not None
-            and isinstance(text, str)
-            and not await state.turn_settled(workspace_id, session_id, row.turn_id)
-        ):
-            texts[row.message_id] = text
-        else:
+    for row, payload in group.payloads:
+        turn_key = _live_text_turn(group.key, row, payload)
+        if turn_key is None or settled[turn_key]:
             return None
+        texts[row.message_id] = str(payload["text"])
     return texts
 
 

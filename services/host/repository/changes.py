@@ -24,9 +24,17 @@ from services.host.repository.row_records import (
 )
 from services.host.repository.row_views import InteractionRow, MessageRow, TurnRow
 
-__all__ = ["CREATED", "RECONCILE", "ActivityChanges", "ChangeSet", "apply_fields"]
+__all__ = [
+    "CREATED",
+    "RECONCILE",
+    "ActivityChanges",
+    "ChangeSet",
+    "ResolvedState",
+    "apply_fields",
+]
 
 SessionKey = tuple[str, str]
+TurnKey = tuple[str, str, str]
 
 CREATED = "*created*"
 """The pseudo field name recorded for a Session the transaction created."""
@@ -58,11 +66,29 @@ class ChangeSet:
 
 
 @dataclass
+class ResolvedState:
+    """The state a transaction leaves, as its events report it (what the event builder reads).
+
+    The activity outbox reads it through the transaction; a write function that wrote it
+    passes it (``services.host.activity.event_log``, ADR 0034).
+
+    Attributes:
+        sessions: per Session, its active Turn id and message version after the transaction
+            (``(None, 0)`` when it is gone).
+        settled: per Turn, whether it exists and is settled after the transaction (the Turns
+            the transaction changed are known from its changes).
+    """
+
+    sessions: dict[SessionKey, tuple[str | None, int]] = field(default_factory=dict)
+    settled: dict[TurnKey, bool] = field(default_factory=dict)
+
+
+@dataclass
 class ActivityChanges:
     """Collects a transaction's changes as its repositories write them."""
 
-    _messages: dict[tuple[str, str, str], MessageRow] = field(default_factory=dict)
-    _turns: dict[tuple[str, str, str], TurnRow] = field(default_factory=dict)
+    _messages: dict[tuple[str, str, str], MessageRow | MessageRecord] = field(default_factory=dict)
+    _turns: dict[tuple[str, str, str], TurnRow | TurnRecord] = field(default_factory=dict)
     _interactions: dict[tuple[str, str, str, str], InteractionRow] = field(default_factory=dict)
     _sessions: dict[SessionKey, set[str]] = field(default_factory=dict)
     _deleted: dict[SessionKey, tuple[str, int]] = field(default_factory=dict)
@@ -86,6 +112,18 @@ class ActivityChanges:
     def turn(self, row: TurnRow) -> None:
         """A Turn was created or changed."""
         self._turns[(row.workspace_id, row.session_id, row.turn_id)] = row
+
+    def written(self, *, turns: Iterable[TurnRecord], messages: Iterable[MessageRecord]) -> None:
+        """Turns and Messages a write function wrote on this transaction's connection.
+
+        A write function (``store.direct_writes``, run on the transaction's connection) writes
+        with Core statements, not through the repositories' ORM rows, so it reports what it
+        wrote as records; they are described as they are given (ADR 0034).
+        """
+        for turn in turns:
+            self._turns[(turn.workspace_id, turn.session_id, turn.turn_id)] = turn
+        for message in messages:
+            self._messages[(message.workspace_id, message.session_id, message.message_id)] = message
 
     def interaction(self, row: InteractionRow) -> None:
         """An Interaction was created or changed."""
@@ -112,8 +150,16 @@ class ActivityChanges:
     def snapshot(self) -> ChangeSet:
         """The changes as records of the rows' current values (rows since deleted are left out)."""
         return ChangeSet(
-            messages=tuple(message_record(r) for r in self._messages.values() if _live(r)),
-            turns=tuple(turn_record(r) for r in self._turns.values() if _live(r)),
+            messages=tuple(
+                r if isinstance(r, MessageRecord) else message_record(r)
+                for r in self._messages.values()
+                if isinstance(r, MessageRecord) or _live(r)
+            ),
+            turns=tuple(
+                r if isinstance(r, TurnRecord) else turn_record(r)
+                for r in self._turns.values()
+                if isinstance(r, TurnRecord) or _live(r)
+            ),
             interactions=tuple(
                 interaction_record(r) for r in self._interactions.values() if _live(r)
             ),

@@ -58,13 +58,14 @@ class SessionRoute:
     provider: str
 
 
-def _pending(
+def pending_values(
     route: tuple[str, str],
     command_id: str,
     encoded: tuple[str, str],
     operation_id: str | None,
     now: int,
 ) -> dict[str, object]:
+    """The columns of a new ``pending`` row (``route``: workspace and Session id)."""
     return {
         "workspace_id": route[0],
         "session_id": route[1],
@@ -100,7 +101,7 @@ class RuntimeCommandRepository:
 
         ``encoded`` is the ``RuntimeCommand`` oneof field name and its payload JSON.
         """
-        row = RuntimeCommandOutbox(**_pending(route, command_id, encoded, operation_id, now))
+        row = RuntimeCommandOutbox(**pending_values(route, command_id, encoded, operation_id, now))
         self._db.add(row)
         self._staged.append(row)
 
@@ -122,7 +123,7 @@ class RuntimeCommandRepository:
             await self._db.execute(
                 insert(RuntimeCommandOutbox),
                 [
-                    _pending(route, command_id, encoded, None, now)
+                    pending_values(route, command_id, encoded, None, now)
                     for route, command_id in zip(routes, command_ids, strict=True)
                 ],
             )

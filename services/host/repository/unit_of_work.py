@@ -31,6 +31,7 @@ from services.host.repository.sessions import SessionRepository
 from services.host.repository.targets import TargetRepository
 from services.host.repository.turn_rows import TurnRepository
 from store.database import Database
+from store.direct_writes import TransactionWriteConnection, WriteConnection
 from store.transactions import TransactionRunner, UnitOfWork
 
 __all__ = ["ActivityOutbox", "HostTransaction", "run"]
@@ -83,6 +84,17 @@ class HostTransaction:
     async def flush(self) -> None:
         """Write staged rows now (so later statements may reference them)."""
         await self._session.flush()
+
+    async def write(self, write: Callable[[WriteConnection], ResultT]) -> ResultT:
+        """Run a write function (``store.direct_writes``) on this transaction's connection.
+
+        Staged rows are flushed first, so its statements see everything the transaction
+        wrote; what it writes is not in the ORM's identity map, so it reports its rows to
+        :attr:`changes` itself (ADR 0034).
+        """
+        await self._session.flush()
+        connection = await self._session.connection()
+        return await connection.run_sync(lambda sync: write(TransactionWriteConnection(sync)))
 
 
 class ActivityOutbox(Protocol):

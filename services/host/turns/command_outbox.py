@@ -20,12 +20,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from services.host.context import HostContext
-from services.host.repository import command_acks
-from services.host.repository.command_rows import SessionRoute
+from services.host.repository import command_acks, outbox_writes
+from services.host.repository.command_rows import SessionRoute, pending_values
 from services.host.repository.row_views import CommandRow, SessionRow
 from services.host.repository.unit_of_work import HostTransaction
 from services.host.runtime.commands import RuntimeCommandValue
 from services.host.runtime.registry import CommandAck, OutboundCommand, RuntimeLinkHandle
+from store.direct_writes import WriteConnection
 
 _log = logging.getLogger(__name__)
 
@@ -64,6 +65,17 @@ def enqueue(
         operation_id=operation_id,
         now=ctx.clock(),
     )
+    enlist_dispatch(repos, ctx, session)
+    return command_id
+
+
+def enlist_dispatch(repos: HostTransaction, ctx: HostContext, session: SessionRow) -> None:
+    """Dispatch the Session's pending commands in the open transaction, after its body.
+
+    :func:`enqueue` calls it; so does a transaction whose rows a write function wrote on
+    its connection (:func:`enqueue_written` without a link). Once per Session and
+    transaction: the participant reads all of the Session's pending rows.
+    """
     key = (session.workspace_id, session.session_id)
     if key not in repos.dispatching:
         repos.dispatching.add(key)
@@ -73,7 +85,108 @@ def enqueue(
             await _dispatch_with_commit(repos, ctx, key, target)
 
         repos.uow.enlist(dispatch_in_transaction)
-    return command_id
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    """Commands a write function marked ``dispatched``, for their link after the commit."""
+
+    link: RuntimeLinkHandle
+    commands: tuple[OutboundCommand, ...]
+
+    def send(self) -> None:
+        """Hand the commands to the link, in order (only after the commit)."""
+        for command in self.commands:
+            self.link.send(command)
+
+
+def enqueue_written(
+    conn: WriteConnection,
+    ctx: HostContext,
+    session: SessionRow,
+    command: RuntimeCommandValue,
+    now: int,
+    *,
+    link: RuntimeLinkHandle | None,
+) -> Dispatched | None:
+    """Write a command row in an open write function (``store.direct_writes``, ADR 0034).
+
+    With ``link``, the link serving the Session now, the command is dispatched in this commit
+    exactly as :func:`enqueue`'s participant does it: the Session's older ``pending`` rows
+    (locked, oldest first) become ``dispatched`` and the new row is written ``dispatched``;
+    the caller sends them after the commit (:meth:`Dispatched.send`). Without one, the row is
+    written ``pending`` and the caller dispatches it (:func:`enlist_dispatch` in an ORM
+    transaction). Runs on the writer thread: nothing here touches the event loop.
+    """
+    workspace_id, session_id = session.workspace_id, session.session_id
+    command_id = f"cmd-{uuid.uuid4()}"
+    encoded = ctx.command_codec.encode(command)
+    values = pending_values((workspace_id, session_id), command_id, encoded, None, now)
+    if link is None:
+        outbox_writes.insert_command(conn, values)
+        return None
+    sends = [
+        _mark_written(conn, ctx, row, now)
+        for row in outbox_writes.pending_of_session(conn, workspace_id, session_id)
+    ]
+    values.update(state="dispatched", attempts=1)
+    outbox_writes.insert_command(conn, values)
+    sends.append(
+        OutboundCommand(
+            command_id=command_id,
+            workspace_id=workspace_id,
+            session_id=session_id,
+            issued_at_unix_ms=now,
+            kind=encoded[0],
+            payload=json.loads(encoded[1]),
+        )
+    )
+    return Dispatched(link, tuple(sends))
+
+
+def _mark_written(
+    conn: WriteConnection, ctx: HostContext, row: CommandRow, now: int
+) -> OutboundCommand:
+    """:func:`_mark_dispatched` in a write function."""
+    outbox_writes.mark_dispatched(conn, row.id, row.attempts + 1, now)
+    if row.operation_id is not None and row.command_kind == DELIVER:
+        operation = outbox_writes.operation(conn, row.workspace_id, row.operation_id)
+        if operation is not None:
+            moved = _operation_dispatched(ctx, operation.state, operation.attempts, now)
+            if moved is not None:
+                outbox_writes.set_operation(
+                    conn,
+                    row.workspace_id,
+                    row.operation_id,
+                    state=moved.state,
+                    attempts=moved.attempts,
+                    next_attempt_at_unix_ms=moved.next_attempt_at_unix_ms,
+                    now=now,
+                )
+    return _outbound(row)
+
+
+@dataclass(frozen=True)
+class _OperationMove:
+    state: str
+    attempts: int
+    next_attempt_at_unix_ms: int
+
+
+def _operation_dispatched(
+    ctx: HostContext, state: str, attempts: int, now: int
+) -> _OperationMove | None:
+    """A response operation once its delivery is dispatched (``None``: it stays as it is).
+
+    HOST-INT-3: the operation is ``pending`` until dispatched, then ``resolving``; with no
+    disposition by ``next_attempt_at_unix_ms`` its disposition is queried (HOST-INT-6).
+    """
+    if state == "completed":
+        return None
+    next_attempt = now + ctx.disposition_query_window_ms
+    if state == "pending":
+        return _OperationMove("resolving", attempts + 1, next_attempt)
+    return _OperationMove(state, attempts, next_attempt)
 
 
 async def enqueue_many(
@@ -123,6 +236,22 @@ async def enqueue_many(
 
         repos.uow.enlist(dispatch_in_transaction)
     return command_ids
+
+
+async def dispatch_after_direct_write(ctx: HostContext, session: SessionRow) -> None:
+    """After a direct write left the Session's new command ``pending`` (no local link).
+
+    The write found a runtime attached to another replica (SCALE-2): with the bus the
+    wake-up reaches its replica, which dispatches from the outbox; without it (a link may
+    have connected here meanwhile) the local dispatch looks again, as ``enqueue`` does.
+    """
+    route = SessionRoute(
+        session.workspace_id, session.session_id, session.agent_target_id, session.provider
+    )
+    if ctx.command_wakeups is not None:
+        await ctx.command_wakeups.wake([route])
+    else:
+        await dispatch_session(ctx, session.workspace_id, session.session_id)
 
 
 def _by_link(
@@ -321,17 +450,17 @@ async def _mark_dispatched(
         row, state="dispatched", attempts=row.attempts + 1, updated_at_unix_ms=now
     )
     if row.operation_id is not None and row.command_kind == DELIVER:
-        # HOST-INT-3: the operation is ``pending`` until dispatched, then ``resolving``; with
-        # no disposition by ``next_attempt_at_unix_ms`` its disposition is queried (HOST-INT-6).
         operation = await repos.operations.get(row.workspace_id, row.operation_id)
-        if operation is not None and operation.state != "completed":
-            values: dict[str, object] = {
-                "next_attempt_at_unix_ms": now + ctx.disposition_query_window_ms,
-                "updated_at_unix_ms": now,
-            }
-            if operation.state == "pending":
-                values.update(state="resolving", attempts=operation.attempts + 1)
-            repos.operations.update(operation, **values)
+        if operation is not None:
+            moved = _operation_dispatched(ctx, operation.state, operation.attempts, now)
+            if moved is not None:
+                repos.operations.update(
+                    operation,
+                    state=moved.state,
+                    attempts=moved.attempts,
+                    next_attempt_at_unix_ms=moved.next_attempt_at_unix_ms,
+                    updated_at_unix_ms=now,
+                )
     return _outbound(row)
 
 
