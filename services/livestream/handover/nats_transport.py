@@ -169,9 +169,10 @@ class NatsHandover:
                 )
                 return
             limit = min(MAX_CHUNK_BYTES, client.max_payload or MAX_CHUNK_BYTES)
+            # No flush here: the client's flusher sends what is buffered, and concurrent
+            # flushes (one answer per subscription task) break nats-py's PONG bookkeeping.
             for chunk in split(encode_state(state), limit):
                 await client.publish(msg.reply, chunk)
-            await client.flush()
         except Exception:
             log.exception("hand-over answer on %s failed", msg.subject)
 
