@@ -302,7 +302,11 @@ class PublisherRegistry:
                 f"{state.replay_bytes} replay bytes exceed what a publisher may hold here",
                 Rejected.RESUME_REJECTED_REASON_CURSOR_OUTSIDE_WINDOW,
             )
-        if key in self.publishers:
+        local = self.publishers.get(key)
+        if local is not None:
+            # This device's older publisher here (another epoch) gives way, call and all.
+            if local.call is not None:
+                local.call.close(superseded())
             self._discard(key)
         publisher = self._new_publisher(key, principal)
         try:
