@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from agentactivity.livestream.v1 import livestream_pb2
-from grpcserver.app import ServiceDefinition, definition_for
+from grpcserver.app import Hook, ServiceDefinition, definition_for
+from livelog.settings import LiveLogSettings
 from services.livestream.authorization import AUTHORIZATION
 from services.livestream.registry import PublisherRegistry
 from services.livestream.servicer import DeviceLinkServicer, add_to_server
@@ -22,13 +23,45 @@ SERVER_OPTIONS = (
 )
 
 
-def build(settings: Settings, source: ActivitySource | None = None) -> ServiceDefinition:
+HANDOVER_STOP_MARGIN_SECONDS = 1.0
+"""Grace left for the stop hooks after a drain stopped answering hand-overs."""
+
+
+def build(
+    settings: Settings,
+    source: ActivitySource | None = None,
+    live_log: LiveLogSettings | None = None,
+) -> ServiceDefinition:
     """Assemble the livestream service for :func:`grpcserver.app.serve`.
 
     ``source`` is how it reads Host; by default Host's gRPC API at ``TUTTI_HOST_ADDRESS``
-    with ``TUTTI_SERVICE_TOKEN``.
+    with ``TUTTI_SERVICE_TOKEN``. With ``TUTTI_BUS=nats`` (``live_log``, read from the
+    environment by default) publishers are handed over between replicas (SCALE-4).
     """
-    registry = PublisherRegistry(settings, source or HostActivitySource(settings))
+    bus = live_log or LiveLogSettings()
+    transport = None
+    on_start: list[Hook] = []
+    if bus.bus == "nats":
+        # Imported here: nats-py is the ``scale`` extra, not needed by a single node.
+        from services.livestream.handover.nats_transport import NatsHandover
+
+        transport = NatsHandover(bus, timeout_seconds=settings.live_handover_timeout_seconds)
+        on_start.append(transport.start)
+    registry = PublisherRegistry(
+        settings, source or HostActivitySource(settings), handover=transport
+    )
+    if transport is not None:
+        transport.bind(registry.hand_over)
+    on_start.append(registry.start)
+    # ADR 0005: the drain hooks run once new RPCs are refused, after the drain delay; a
+    # draining owner answers hand-overs for the rest of the grace (ADR 0043).
+    grace = settings.grace_period_seconds
+    handover_seconds = grace - min(settings.drain_delay_seconds, grace / 2)
+    handover_seconds -= HANDOVER_STOP_MARGIN_SECONDS
+
+    async def drain() -> None:
+        await registry.drain(handover_seconds)
+
     return definition_for(
         "livestream",
         [
@@ -39,9 +72,9 @@ def build(settings: Settings, source: ActivitySource | None = None) -> ServiceDe
             )
         ],
         authorization=AUTHORIZATION,
-        on_start=[registry.start],
+        on_start=on_start,
         # Device links end as soon as new RPCs are refused (OPS-3); devices resume elsewhere.
-        on_drain=[registry.drain],
+        on_drain=[drain],
         on_stop=[registry.stop],
         server_options=SERVER_OPTIONS,
     )

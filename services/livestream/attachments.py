@@ -20,7 +20,7 @@ from services.livestream.deliveries import express
 from services.livestream.publisher import Binding, Publisher
 from services.livestream.source import ActivitySource, SessionNotFound, SourceUnavailable
 
-__all__ = ["attach", "detach"]
+__all__ = ["attach", "detach", "rebaseline"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,23 @@ def attach(
     binding.task = asyncio.create_task(
         _baseline(publisher, binding, binding.revision, source, safe_bytes),
         name=f"baseline-{request.binding_id}",
+    )
+
+
+def rebaseline(
+    publisher: Publisher, binding: Binding, source: ActivitySource, *, safe_bytes: int
+) -> None:
+    """Read again the baseline of a binding whose barrier was not reached.
+
+    A publisher handed over from another replica mid-baseline (SCALE-4): its
+    ``attachment_changed`` was already sequenced, so only the baseline and its barrier
+    follow (Turns already sent are sent again; they are state, not increments).
+    """
+    if binding.task is not None:
+        binding.task.cancel()
+    binding.task = asyncio.create_task(
+        _baseline(publisher, binding, binding.revision, source, safe_bytes),
+        name=f"baseline-{binding.binding_id}",
     )
 
 

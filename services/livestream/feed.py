@@ -12,6 +12,13 @@ the bodies to every attached publisher. It owns LIVE-UP-1:
 
 Reading and mapping run as two tasks, so what arrives while a batch is being mapped is
 mapped together next: adjacent appends coalesce under load (LIVE-COAL-1).
+
+A feed knows the last durable event whose bodies it handed to its publishers
+(``delivered_through``): that is the Host position a publisher handed over to another
+replica continues from (SCALE-4, ADR 0043). A feed started for such a hand-over begins at
+that position (``origin``) and keeps what it published since, up to a bound, so the
+publishers handed over later from the same position join it instead of opening one Host
+subscription each.
 """
 
 from __future__ import annotations
@@ -38,6 +45,10 @@ MAX_BATCH_TURNS = 64
 MAX_BATCH_EVENTS = 4096
 """Events mapped together at most."""
 
+JOIN_HISTORY_BYTES = 1024 * 1024
+"""What a hand-over feed keeps of what it published, for publishers joining it later at its
+origin; past it the feed is no longer joinable at its origin (a joiner opens its own)."""
+
 
 class FeedListener(Protocol):
     """What a feed calls on each attached publisher."""
@@ -62,10 +73,19 @@ class WorkspaceFeed:
         mapper: DeliveryMapper,
         *,
         retry_seconds: float,
+        origin: int | None = None,
     ) -> None:
         self.workspace_id = workspace_id
         self.listeners: set[FeedListener] = set()
-        self.last_event_id: int | None = None
+        self.last_event_id: int | None = origin
+        self.origin = origin
+        """The Host event id a hand-over feed starts after (``None``: the head)."""
+        self.delivered_through: int | None = origin
+        """The last durable event id whose bodies reached the listeners (``None`` before
+        the first subscription is registered)."""
+        self.history: list[Body] | None = [] if origin is not None else None
+        """What a hand-over feed published since its origin, while it stays joinable."""
+        self._history_bytes = 0
         self.resubscriptions = 0
         self._source = source
         self._mapper = mapper
@@ -136,11 +156,15 @@ class WorkspaceFeed:
         """The subscription is registered: end epochs or mark the resubscription, then wake."""
         if self.last_event_id is None:
             self.last_event_id = item.head_event_id
+        if self.delivered_through is None:
+            self.delivered_through = item.head_event_id
         if expired:
             # LIVE-UP-1: the epochs end only now that the subscription at
             # the head is registered, so a device reconciling on their
             # resume_rejected cannot miss a commit made in between.
             self._publish_pending()
+            self.delivered_through = item.head_event_id
+            self.history = None  # its origin is gone
             for listener in list(self.listeners):
                 listener.end_epoch()
         elif dropped:
@@ -176,6 +200,7 @@ class WorkspaceFeed:
         items, self._pending = self._pending, []
         bodies: list[Body] = []
         run: list[activity_pb2.ActivityEvent] = []
+        through = self.delivered_through
         for item in items:
             if isinstance(item, Body):
                 bodies += self._mapper.map(run)
@@ -183,10 +208,50 @@ class WorkspaceFeed:
                 bodies.append(item)
             else:
                 run.append(item)
+                if item.WhichOneof("event") != "message_delta":
+                    through = item.event_id
         bodies += self._mapper.map(run)
+        self.delivered_through = through
         if bodies:
+            self._remember(bodies)
             for listener in list(self.listeners):
                 listener.deliver(bodies)
+
+    def _remember(self, bodies: list[Body]) -> None:
+        """Keep what a hand-over feed published, while it stays within its bound."""
+        if self.history is None:
+            return
+        self._history_bytes += sum(len(body.body) for body in bodies)
+        if self._history_bytes > JOIN_HISTORY_BYTES:
+            self.history = None
+        else:
+            self.history += bodies
+
+    def join(self, listener: FeedListener, after_event_id: int | None) -> bool:
+        """Attach ``listener``, which has everything through ``after_event_id``, if exact.
+
+        The listener joins when what the feed publishes next is exactly what follows that
+        position: the feed has delivered through it, or it is a hand-over feed from that
+        origin that still holds everything it published since (handed to the listener
+        first). Returns whether it joined.
+        """
+        if after_event_id is not None and self.delivered_through == after_event_id:
+            self.listeners.add(listener)
+            return True
+        if (
+            after_event_id is not None
+            and self.origin == after_event_id
+            and self.history is not None
+        ):
+            if self.history:
+                listener.deliver(list(self.history))
+            self.listeners.add(listener)
+            return True
+        return False
+
+    def close_history(self) -> None:
+        """Stop being joinable at the origin (and free what was kept for it)."""
+        self.history = None
 
     async def _map(self) -> None:
         while True:

@@ -159,11 +159,17 @@ class DeviceLinkCall:
         if first is None:
             return
         hello = check_hello(first)
+        cursor = hello.resume_cursor if hello.HasField("resume_cursor") else None
+        foreign: int | None = None
+        if cursor is not None:
+            # SCALE-4: an epoch another replica holds is handed over first (with a bus).
+            foreign = await self._registry.take_over(
+                self._principal, hello.device_id, hello.workspace_ids, cursor
+            )
         publisher = self._registry.publisher_for(
             self._principal, hello.device_id, hello.workspace_ids
         )
-        cursor = hello.resume_cursor if hello.HasField("resume_cursor") else None
-        decision = publisher.resume(cursor)
+        decision = publisher.resume(cursor, foreign)
         call = BoundCall(self._principal, decision.start_after)
         call.bound_at = publisher.latest_sequence
         publisher.bind(call, superseded)

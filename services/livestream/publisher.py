@@ -21,6 +21,7 @@ from domainerrors import DomainError
 from grpcserver.auth import Principal
 from services.livestream.deliveries import Body
 from services.livestream.encoding import body_of, delivery_bytes
+from services.livestream.handover.state import HandedBinding, PublisherState
 from services.livestream.replay import ReplayBuffer, ReplayMemory
 
 __all__ = ["Binding", "BoundCall", "Publisher", "PublisherKey", "ResumeDecision"]
@@ -97,6 +98,7 @@ class Publisher:
         link_queue_bytes: int,
         slow_consumer: Callable[[], DomainError],
         clock: Callable[[], float] = time.time,
+        on_epoch: Callable[[Publisher, str, str], None] | None = None,
     ) -> None:
         self.key = key
         self.principal = principal
@@ -112,6 +114,9 @@ class Publisher:
         self._link_queue_bytes = link_queue_bytes
         self._slow_consumer = slow_consumer
         self._ended: deque[str] = deque(maxlen=ENDED_EPOCHS_REMEMBERED)
+        self._on_epoch = on_epoch
+        """Told (publisher, old epoch, new epoch) when the epoch changes: the hand-over responder
+        answers for the current epoch only (SCALE-4)."""
         self.epoch = ""
         self.epoch_started_at = 0.0
         self.buffer = ReplayBuffer(replay_budget_bytes, memory)
@@ -120,10 +125,13 @@ class Publisher:
     # ---- epochs and sequence -------------------------------------------------------
 
     def _begin_epoch(self) -> None:
+        old = self.epoch
         if self.epoch:
             self._ended.append(self.epoch)
         self.epoch = uuid.uuid4().hex
         self.epoch_started_at = self._clock()
+        if self._on_epoch is not None:
+            self._on_epoch(self, old, self.epoch)
         self.buffer.clear()
         self.buffer.latest_sequence = 0
         self.acked_sequence = 0
@@ -186,8 +194,15 @@ class Publisher:
             )
         )
 
-    def resume(self, cursor: livestream_pb2.ResumeCursor | None) -> ResumeDecision:
-        """Answer a hello's cursor (LIVE-RESUME-1): replay after it, or a fresh epoch."""
+    def resume(
+        self, cursor: livestream_pb2.ResumeCursor | None, foreign_reason: int | None = None
+    ) -> ResumeDecision:
+        """Answer a hello's cursor (LIVE-RESUME-1): replay after it, or a fresh epoch.
+
+        ``foreign_reason`` is why another replica's owner refused to hand the cursor's
+        epoch over (SCALE-4), used instead of ``EPOCH_UNKNOWN`` when this publisher does
+        not know the epoch.
+        """
         if cursor is None:
             self._begin_epoch()
             return ResumeDecision(resumed=False, start_after=0)
@@ -196,7 +211,7 @@ class Publisher:
             reason = (
                 Rejected.RESUME_REJECTED_REASON_EPOCH_ENDED
                 if cursor.epoch in self._ended
-                else Rejected.RESUME_REJECTED_REASON_EPOCH_UNKNOWN
+                else foreign_reason or Rejected.RESUME_REJECTED_REASON_EPOCH_UNKNOWN
             )
         elif cursor.last_sequence > self.latest_sequence:
             reason = Rejected.RESUME_REJECTED_REASON_CURSOR_AHEAD
@@ -214,6 +229,82 @@ class Publisher:
             )
         )
         return ResumeDecision(resumed=False, start_after=0, rejected=reason)
+
+    # ---- hand-over (SCALE-4) -------------------------------------------------------
+
+    def export(self, after: int, positions: dict[str, int | None]) -> PublisherState:
+        """The state to hand over for a device whose cursor is ``after`` in this epoch.
+
+        The caller froze the publisher (no call, no feed) and checked the cursor.
+        """
+        return PublisherState(
+            principal=self.key.principal,
+            device_id=self.key.device_id,
+            workspace_ids=self.key.workspace_ids,
+            epoch=self.epoch,
+            epoch_started_at=self.epoch_started_at,
+            latest_sequence=self.latest_sequence,
+            acked_sequence=self.acked_sequence,
+            first_sequence=after + 1,
+            entries=tuple(self.buffer.after(after)),
+            positions=dict(positions),
+            bindings=tuple(
+                HandedBinding(
+                    binding_id=b.binding_id,
+                    revision=b.revision,
+                    workspace_id=b.workspace_id,
+                    session_id=b.session_id,
+                    caller_turn_id=b.caller_turn_id,
+                    caught_up=b.caught_up,
+                )
+                for b in self.bindings.values()
+            ),
+            ended_epochs=tuple(self._ended),
+        )
+
+    def restore(self, state: PublisherState) -> None:
+        """Continue ``state``'s epoch here: its sequence, replay tail and bindings.
+
+        Raises:
+            ValueError: the replay tail does not fit the budget or the process cap.
+        """
+        old = self.epoch
+        self.buffer.clear()
+        self.buffer.latest_sequence = 0
+        self.buffer.restore(state.first_sequence, state.entries)
+        self._ended.clear()
+        self._ended.extend(e for e in state.ended_epochs if e != state.epoch)
+        if old:
+            self._ended.append(old)
+        self.epoch = state.epoch
+        self.epoch_started_at = state.epoch_started_at
+        self.acked_sequence = state.acked_sequence
+        for binding in self.bindings.values():
+            if binding.task is not None:
+                binding.task.cancel()
+        self.bindings = {
+            b.binding_id: Binding(
+                b.binding_id,
+                b.revision,
+                workspace_id=b.workspace_id,
+                session_id=b.session_id,
+                caller_turn_id=b.caller_turn_id,
+                caught_up=b.caught_up,
+            )
+            for b in state.bindings
+        }
+        if self._on_epoch is not None:
+            self._on_epoch(self, old, self.epoch)
+
+    def freeze(self, error: DomainError) -> None:
+        """Stop the publisher for a hand-over: end its call and its baselines."""
+        if self.call is not None:
+            self.call.close(error)
+            self.call = None
+        for binding in self.bindings.values():
+            if binding.task is not None:
+                binding.task.cancel()
+                binding.task = None
 
     # ---- calls ---------------------------------------------------------------------
 

@@ -95,6 +95,28 @@ class ReplayBuffer:
         self.latest_sequence += 1
         return self.latest_sequence
 
+    def restore(self, first_sequence: int, entries: tuple[bytes, ...] | list[bytes]) -> None:
+        """Hold ``entries`` as deliveries ``first_sequence ..`` of an empty buffer (a hand-over).
+
+        Room for all of them is made under the process-wide cap first (the largest other
+        buffers give up their oldest deliveries, as for any append), so adopting a
+        publisher keeps the process within its cap.
+
+        Raises:
+            ValueError: the buffer is not empty, or the entries exceed its budget or the cap.
+        """
+        total = sum(len(entry) for entry in entries)
+        if self.held or self.latest_sequence:
+            raise ValueError("restore needs an empty buffer")
+        if total > self.budget_bytes or total > self._memory.cap_bytes:
+            raise ValueError(f"{total} replay bytes exceed the budget or the process cap")
+        self._memory.make_room(total, self)
+        self.latest_sequence = first_sequence - 1
+        for entry in entries:
+            self.append(entry)
+        if not self.holds_after(first_sequence - 1):
+            raise ValueError("the process cap could not hold the restored deliveries")
+
     def holds_after(self, sequence: int) -> bool:
         """Whether every delivery after ``sequence`` is still held (replayable)."""
         if sequence >= self.latest_sequence:

@@ -63,3 +63,8 @@ class Settings(ServerSettings):
     live_upstream_retry_seconds: float = Field(default=1.0, gt=0)
     """First delay before resubscribing to Host after the feed dropped; doubles up to 30 s
     (LIVE-UP-1, ``TUTTI_LIVE_UPSTREAM_RETRY_SECONDS``)."""
+
+    live_handover_timeout_seconds: float = Field(default=5.0, gt=0)
+    """How long a replica waits for each message of another replica's answer to a
+    publisher hand-over before the device's resume is rejected (``TUTTI_BUS=nats`` only,
+    SCALE-4, ``TUTTI_LIVE_HANDOVER_TIMEOUT_SECONDS``)."""
