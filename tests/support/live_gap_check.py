@@ -177,11 +177,11 @@ def check_watcher(log: WatchLog, canonical: Canonical) -> list[str]:
     position: int | None = None
     typed_gap = False
     deltas: dict[str, list[int]] = {}  # per subscription: message -> indices seen
-    reconciled: set[str] = set()  # per subscription: Sessions told to reread since a delta
+    session_of: dict[str, str] = {}  # message -> its Session
     for index, entry in enumerate(log.entries):
         where = f"[{index}]"
         if isinstance(entry, WatchSubscribed):
-            deltas, reconciled = {}, set()
+            deltas = {}
             if entry.after_event_id is None:
                 if position is not None and not typed_gap:
                     out.append(
@@ -215,7 +215,10 @@ def check_watcher(log: WatchLog, canonical: Canonical) -> list[str]:
                     f"{expected.event_id}"
                 )
             if entry.kind == "session_reconcile_required":
-                reconciled.add(entry.session_id)
+                # Typed: the Session's deltas before it may be incomplete; count afresh.
+                for message_id, session_id in session_of.items():
+                    if session_id == entry.session_id:
+                        deltas.pop(message_id, None)
             if entry.kind == "message_update":
                 for message_id in entry.message_ids:
                     _check_tail(
@@ -227,10 +230,9 @@ def check_watcher(log: WatchLog, canonical: Canonical) -> list[str]:
             if indices is None:
                 out.append(f"{where} delta text {entry.text!r} is not the producer's")
                 continue
+            session_of[entry.message_id] = entry.session_id
             seen = deltas.setdefault(entry.message_id, [])
-            excused = entry.session_id in reconciled
-            _check_run(where, entry.message_id, seen, indices, excused, out)
-            reconciled.discard(entry.session_id)
+            _check_run(where, entry.message_id, seen, indices, out)
             seen.extend(indices)
     if position is None or position < canonical.head:
         out.append(
@@ -245,7 +247,6 @@ def _check_run(
     message_id: str,
     seen: list[int],
     indices: list[int],
-    excused: bool,
     out: list[str],
 ) -> None:
     """A delivered run of delta numbers against the ones seen before it in the same scope."""
@@ -259,7 +260,7 @@ def _check_run(
             f"{where} duplicate: {message_id} deltas {indices} after delta {last} (delivered "
             "twice or out of order)"
         )
-    elif indices[0] > last + 1 and not excused:
+    elif indices[0] > last + 1:
         out.append(
             f"{where} silent gap: {message_id} deltas {last + 1}..{indices[0] - 1} never "
             "arrived and no typed signal announced their loss"
@@ -439,7 +440,7 @@ def _check_segments(log: Sequence[object], canonical: Canonical, out: list[str])
                 out.append(f"{where} delta text {delta.text!r} is not the producer's")
                 continue
             seen = segment.deltas.setdefault(delta.message_id, [])
-            _check_run(where, delta.message_id, seen, indices, False, out)
+            _check_run(where, delta.message_id, seen, indices, out)
             seen.extend(indices)
         elif event.kind == "discontinuity" and delivery.discontinuity.reason == MESSAGE_UPDATE:
             message_id = delivery.discontinuity.keys.message_id
