@@ -22,7 +22,7 @@ from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import host_pb2, host_pb2_grpc
 from grpcserver.channels import channel_options
 from tests.support.nats_server import free_port
-from tests.support.servers import auth_metadata
+from tests.support.servers import auth_metadata, token_for
 from tests.support.service_process import ServiceProcess, start_service_process
 
 __all__ = ["HOST_SETTINGS", "ReplicaCluster", "ReplicaSlot", "balanced_target", "replica_cluster"]
@@ -202,7 +202,12 @@ def replica_cluster(
     for k, chosen in enumerate(upstreams, start=1):
         addresses = [hosts[i - 1].address for i in chosen]
         upstream = addresses[0] if len(addresses) == 1 else balanced_target(addresses)
-        settings = {**bus, "host_address": upstream, **(livestream_settings or {})}
+        settings = {
+            **bus,
+            "host_address": upstream,
+            "service_token": token_for("service"),
+            **(livestream_settings or {}),
+        }
         livestreams.append(
             ReplicaSlot(
                 f"livestream-{k}",
