@@ -29,6 +29,7 @@ from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import activity_pb2, host_pb2, host_pb2_grpc
 from grpcserver.channels import channel_options
 from services.livestream.subscriber import (
+    AttachmentRejected,
     Backoff,
     Delivered,
     Ready,
@@ -185,11 +186,14 @@ def read_feed(
 
 
 class ResumingWatcher:
-    """A ``WatchActivity`` consumer in a thread that survives the death of its replica."""
+    """A ``WatchActivity`` consumer in a thread that survives the death of its replica: it
+    resumes from its cursor on the next replica of its list (SCALE-1: any replica serves it)."""
 
-    def __init__(self, name: str, channel: grpc.Channel) -> None:
+    def __init__(self, name: str, channels: list[grpc.Channel]) -> None:
+        """Watch through ``channels[0]``; after each broken call, through the next one."""
         self.log = WatchLog(name)
-        self._stub = host_pb2_grpc.HostServiceStub(channel)
+        self._stubs = [host_pb2_grpc.HostServiceStub(c) for c in channels]
+        self._calls = 0
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._call: grpc.Future | None = None  # type: ignore[type-arg]
@@ -218,7 +222,9 @@ class ResumingWatcher:
         request = host_pb2.WatchActivityRequest(workspace_id=WS)
         if self.last_event_id is not None:
             request.after_event_id = self.last_event_id
-        call = self._stub.WatchActivity(request, metadata=auth_metadata("service"))
+        stub = self._stubs[self._calls % len(self._stubs)]
+        self._calls += 1
+        call = stub.WatchActivity(request, metadata=auth_metadata("service"))
         with self._lock:
             self._call = call  # type: ignore[assignment]
         if self._stop.is_set():
@@ -329,6 +335,10 @@ class Device:
                 named = {k.session_id for k in event.keys}
                 chosen = self.sessions if None in named else sorted(s for s in named if s)
                 await self._reread(event.reason, [s for s in chosen if s in self.sessions])
+            elif isinstance(event, AttachmentRejected) and event.reason == "HOST_UNAVAILABLE":
+                # The replica's Host was down: attach again (a higher revision), as an app would.
+                await asyncio.sleep(0.2)
+                await subscriber.attach(event.binding_id, WS, event.session_id)
             elif isinstance(event, Delivered) and event.kind == "turn_update":
                 turn = event.delivery.turn_update.turn
                 if turn.phase == SETTLED:
