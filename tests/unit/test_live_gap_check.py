@@ -101,12 +101,14 @@ def test_a_watcher_with_a_duplicate_fails() -> None:
 
 
 def test_a_fresh_subscription_is_allowed_only_after_a_typed_cursor_expiry() -> None:
-    silent = _clean_watch()[:7] + [
+    silent = [
+        *_clean_watch()[:7],
         WatchEnded("UNAVAILABLE", ""),
         WatchSubscribed(head=14, after_event_id=None),  # skips nothing here, but could
     ]
     assert any("without a typed EVENT_CURSOR_EXPIRED" in v for v in _watch(silent))
-    typed = _clean_watch()[:7] + [
+    typed = [
+        *_clean_watch()[:7],
         WatchEnded("OUT_OF_RANGE", "EVENT_CURSOR_EXPIRED"),
         WatchSubscribed(head=14, after_event_id=None),
     ]
