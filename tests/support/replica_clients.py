@@ -29,6 +29,7 @@ from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import activity_pb2, host_pb2, host_pb2_grpc
 from grpcserver.channels import channel_options
 from services.livestream.subscriber import (
+    AttachmentCaughtUp,
     AttachmentRejected,
     Backoff,
     Delivered,
@@ -347,6 +348,12 @@ class Device:
     async def _reread(self, reason: str, sessions: list[str]) -> None:
         turns, messages = await asyncio.to_thread(read_sessions, self.host, sessions)
         self.log.append(Reread(reason, turns, messages))
+
+    @property
+    def caught_up(self) -> bool:
+        """Every Session's attachment baseline has completed at least once."""
+        done = {e.binding_id for e in self.log if isinstance(e, AttachmentCaughtUp)}
+        return len(done) == len(self.sessions)
 
     @property
     def ready(self) -> bool:
