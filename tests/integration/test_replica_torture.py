@@ -4,12 +4,13 @@ Two ``tutti serve host`` and two ``tutti serve livestream`` processes run on one
 database and a nats-server (JetStream) of the test's own. A scripted runtime attached to Host
 replica 1 produces Turns on several Sessions: interleaved messages streamed as numbered text
 deltas, a durable snapshot of each, a settle. Meanwhile devices (the real
-:class:`~services.livestream.subscriber.Subscriber`, dialing both livestream replicas round
-robin) and ``WatchActivity`` watchers (resuming from their cursor over both Host replicas)
-record everything, and a seeded schedule kills (SIGKILL) or drains (SIGTERM) a replica of
-the *victim set* and starts it again on its port. Host replica 1 holds the runtime and is not
-a victim by default: a runtime can move to another replica only once cross-replica runtime
-attach lands; widen the set with ``TUTTI_REPLICA_TORTURE_VICTIMS=host-1,host-2,...``.
+:class:`~services.livestream.subscriber.Subscriber`, each on one livestream replica and
+failing over to the other) and ``WatchActivity`` watchers (resuming from their cursor on
+the other Host replica) record everything, and a seeded schedule kills (SIGKILL) or drains
+(SIGTERM) a replica of the *victim set* and starts it again on its port. Host replica 1 holds
+the runtime and is not a victim by default: a runtime can move to another replica only once
+cross-replica runtime attach lands; widen the set with
+``TUTTI_REPLICA_TORTURE_VICTIMS=host-1,host-2,...``.
 
 After the schedule every replica runs again and a *sentinel* Turn is settled until every
 device has it delivered and every watcher has reached Host's head; then
@@ -285,7 +286,7 @@ def run_iteration(cluster: ReplicaCluster, runtime: ScriptedRuntime, seed: int) 
     devices = [
         Device(
             f"device{k}",
-            cluster.livestream_target,
+            cluster.livestream_target(first=k % len(cluster.livestreams)),
             everything,
             host_pb2_grpc.HostServiceStub(cluster.balanced_hosts()),
         )

@@ -27,8 +27,8 @@ from grpc_status import rpc_status
 
 from agentactivity.canonical.v1 import canonical_pb2
 from agentactivity.host.v1 import activity_pb2, host_pb2, host_pb2_grpc
-from grpcserver.channels import channel_options
 from services.livestream.subscriber import (
+    CHANNEL_OPTIONS,
     AttachmentCaughtUp,
     AttachmentRejected,
     Backoff,
@@ -285,7 +285,8 @@ class ResumingWatcher:
 
 @dataclass
 class Device:
-    """A device app on a Subscriber dialing every livestream replica (round robin)."""
+    """A device app on a Subscriber dialing ``target`` (one livestream replica, or an
+    ``ipv4:`` list it tries in order)."""
 
     name: str
     target: str
@@ -308,8 +309,11 @@ class Device:
     async def _main(self, stop: threading.Event) -> None:
         target = self.target
         subscriber = Subscriber(
+            # pick_first over the listed replicas: a device stays on one livestream replica
+            # (as the deployment keeps it) and fails over in list order. A subchannel of its
+            # own: one shared with an earlier device may still be backing off from a kill.
             channel_factory=lambda: grpc.aio.insecure_channel(
-                target, options=channel_options(target)
+                target, options=[*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
             ),
             token=token_for("ws1-device"),
             device_id=f"replica-torture-{self.name}",

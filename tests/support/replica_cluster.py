@@ -144,10 +144,11 @@ class ReplicaCluster:
         self.channels.append(channel)
         return channel
 
-    @property
-    def livestream_target(self) -> str:
-        """The balanced target of every livestream replica (what devices dial)."""
-        return balanced_target([s.address for s in self.livestreams])
+    def livestream_target(self, first: int = 0) -> str:
+        """An ``ipv4:`` target of every livestream replica, replica ``first`` (0-based) first:
+        with ``pick_first`` a device stays there and fails over in list order."""
+        addresses = [s.address for s in self.livestreams]
+        return balanced_target(addresses[first:] + addresses[:first])
 
     def seed(self) -> None:
         """Register the agent target the runtime serves (through Host replica 1)."""
