@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.support.servers import write_test_token_file
 
-__all__ = ["ServiceProcess", "service_process"]
+__all__ = ["ServiceProcess", "service_process", "start_service_process"]
 
 
 class ServiceProcess:
@@ -32,20 +32,28 @@ class ServiceProcess:
             self.process.kill()
             return self.process.wait(timeout=10)
 
+    def kill(self) -> None:
+        """SIGKILL (a crash), and reap the process."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=10)
 
-@contextmanager
-def service_process(
+
+def start_service_process(
     name: str, tmp_path: Path, *, database_url: str, **settings: str
-) -> Iterator[ServiceProcess]:
-    """Run ``tutti serve NAME`` until the block ends.
+) -> ServiceProcess:
+    """Start ``tutti serve NAME`` and return once it listens; the caller stops it.
 
     Args:
         name: the service.
         tmp_path: where its data dir, token registry and port file go.
         database_url: its store.
-        **settings: more ``TUTTI_<NAME>`` settings (``grace_period_seconds="5"``).
+        **settings: more ``TUTTI_<NAME>`` settings (``grace_period_seconds="5"``;
+            ``listen_address="127.0.0.1:PORT"`` pins the port, e.g. to restart a replica
+            where its clients expect it).
     """
     port_file = tmp_path / f"{name}.port"
+    port_file.unlink(missing_ok=True)  # a restart must not read its predecessor's port
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUTTI_")}
     env.update(
         TUTTI_LISTEN_ADDRESS="127.0.0.1:0",
@@ -68,8 +76,21 @@ def service_process(
             if time.monotonic() > deadline:
                 raise AssertionError(f"{name} did not start within 60 s")
             time.sleep(0.05)
-        yield ServiceProcess(process, f"127.0.0.1:{port_file.read_text().strip()}")
-    finally:
+    except BaseException:
         if process.poll() is None:
             process.kill()
             process.wait(timeout=10)
+        raise
+    return ServiceProcess(process, f"127.0.0.1:{port_file.read_text().strip()}")
+
+
+@contextmanager
+def service_process(
+    name: str, tmp_path: Path, *, database_url: str, **settings: str
+) -> Iterator[ServiceProcess]:
+    """Run ``tutti serve NAME`` until the block ends (see :func:`start_service_process`)."""
+    started = start_service_process(name, tmp_path, database_url=database_url, **settings)
+    try:
+        yield started
+    finally:
+        started.kill()
