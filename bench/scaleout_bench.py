@@ -1,6 +1,6 @@
 """Scale-out (issue 17, "Performance"): replicas, the JetStream acknowledgement, live deltas.
 
-Run: ``.venv/bin/python -m bench.scaleout_bench`` (about 4 minutes on the 2-core machine;
+Run: ``.venv/bin/python -m bench.scaleout_bench`` (about 3 minutes on the 2-core machine;
 ``--help`` lists the sizes; ``SCALEOUT_BENCH_<OPTION>`` environment variables set the same
 options; ``--parts submit,live`` picks the phases).
 
@@ -89,7 +89,7 @@ class Options:
     """Sizes of one run (``--help``)."""
 
     parts: str = "submit,live"
-    rounds: int = 3
+    rounds: int = 5
     requests: int = 200
     warmup: int = 20
     concurrency: int = 32
@@ -97,9 +97,9 @@ class Options:
     report_deltas: int = 4
     delta_bytes: int = 40
     latency_rate: float = 500.0
-    latency_seconds: float = 2.0
+    latency_seconds: float = 3.0
     fanout_links: int = 40
-    fanout_deltas: int = 1000
+    fanout_deltas: int = 3000
     fanout_batch: int = 10
     device_procs: int = 2
     wait_seconds: float = 120.0
@@ -250,6 +250,19 @@ def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, fl
     return {role: round(after[role] - before[role], 3) for role in before}
 
 
+def machine_ticks() -> tuple[int, int]:
+    """Busy and total CPU ticks of the whole machine so far (``/proc/stat``, every core)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    total = sum(fields[:8])  # guest time is already counted in user
+    return total - idle, total
+
+
+def machine_busy(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """The share of all cores busy between two readings (anyone's work, not only ours)."""
+    return round((after[0] - before[0]) / max(1, after[1] - before[1]), 3)
+
+
 def series_summary(reply: dict[str, Any], name: str) -> dict[str, Any]:
     """Throughput, p50/p99/mean of one measured series and its failures."""
     latencies = reply["latencies_ms"]
@@ -361,7 +374,7 @@ class SubmitPhase:
                 + " | ".join(
                     f"{c} {entry[c]['per_s']:.0f}/s p50 {entry[c]['p50_ms']:.1f} "
                     f"p99 {entry[c]['p99_ms']:.1f} ms, {entry[c]['host_cpu_ms_per_call']:.1f} ms "
-                    f"Host CPU/call"
+                    f"Host CPU/call, machine {entry[c]['machine_cpu_busy']:.0%} busy"
                     for c in SUBMIT_CONFIGS
                 ),
                 flush=True,
@@ -389,7 +402,7 @@ class SubmitPhase:
         o = self.o
         pids = self._pids(config)
         commands_before = self.runtimes.call("commands")
-        before = cpu_of(pids)
+        before, ticks = cpu_of(pids), machine_ticks()
         reply = self.client.call(
             "submit",
             target=self.targets[config],
@@ -397,9 +410,10 @@ class SubmitPhase:
             concurrency=o.concurrency,
             timeout=900,
         )
-        cpu = cpu_delta(before, cpu_of(pids))
+        cpu, busy = cpu_delta(before, cpu_of(pids)), machine_busy(ticks, machine_ticks())
         commands_after = self.runtimes.call("commands")
         result = series_summary(reply, f"submit {config}")
+        result["machine_cpu_busy"] = busy
         host_cpu = sum(cpu[name] for name in self.configs[config])
         result["host_cpu_ms_per_call"] = host_cpu * 1000 / result["calls"]
         result["cpu_seconds"] = cpu
@@ -414,7 +428,7 @@ class SubmitPhase:
         pids = {host: [self.hosts[host].pid], "runtimes": [self.runtimes.pid]}
         if config.startswith("nats"):
             pids["nats_server"] = [self.nats_pid]
-        before = cpu_of(pids)
+        before, ticks = cpu_of(pids), machine_ticks()
         reply = self.runtimes.call(
             "reports",
             key=config,
@@ -425,8 +439,9 @@ class SubmitPhase:
             timeout=900,
         )
         self.report_index += count
-        cpu = cpu_delta(before, cpu_of(pids))
+        cpu, busy = cpu_delta(before, cpu_of(pids)), machine_busy(ticks, machine_ticks())
         result = series_summary(reply, f"reports {config}")
+        result["machine_cpu_busy"] = busy
         result["host_cpu_ms_per_report"] = cpu[host] * 1000 / result["calls"]
         result["cpu_seconds"] = cpu
         return result
@@ -436,7 +451,7 @@ class SubmitPhase:
         medians = {
             config: {
                 key: statistics.median(r[config][key] for r in rounds)
-                for key in ("per_s", "p50_ms", "p99_ms", "host_cpu_ms_per_call")
+                for key in ("per_s", "p50_ms", "p99_ms", "host_cpu_ms_per_call", "machine_cpu_busy")
             }
             for config in SUBMIT_CONFIGS
         }
@@ -595,7 +610,7 @@ class LivePhase:
             ]
         )
         pids = self._pids(key)
-        before = cpu_of(pids)
+        before, ticks = cpu_of(pids), machine_ticks()
         sent = self.producer.call(
             "send",
             key=key,
@@ -613,8 +628,13 @@ class LivePhase:
             )
             for name, pairs in groups.items()
         }
-        cpu = cpu_delta(before, cpu_of(pids))
-        out: dict[str, Any] = {"source_deltas": count, "cpu_seconds": cpu}
+        cpu, busy = cpu_delta(before, cpu_of(pids)), machine_busy(ticks, machine_ticks())
+        out: dict[str, Any] = {
+            "source_deltas": count,
+            "cpu_seconds": cpu,
+            "machine_cpu_busy": busy,
+            "send_seconds": (sent["end_ns"] - sent["start_ns"]) / 1e9,
+        }
         every_done: list[int] = []
         total_ops = total_deliveries = 0
         for name, waited in replies.items():
@@ -628,6 +648,7 @@ class LivePhase:
             entry: dict[str, Any] = {
                 "links": len(links),
                 "complete_links": len(done),
+                "seconds_to_last": (max(done) - sent["start_ns"]) / 1e9 if done else None,
                 "source_deltas_delivered": ops,
                 "deliveries": deliveries,
                 "problems": [f"{x['name']}: {p}" for x in links for p in x["problems"]][:10],
@@ -772,7 +793,9 @@ class LivePhase:
                 f"fan-out round {number + 1}, {o.fanout_links} devices: "
                 + " | ".join(
                     f"{key} {entry[key]['deliveries_per_s']:,.0f} deliveries/s "
-                    f"({entry[key]['source_deltas_per_s']:,.0f} source deltas/s)"
+                    f"({entry[key]['source_deltas_per_s']:,.0f} source deltas/s, last device after "
+                    f"{entry[key]['seconds']:.2f} s, machine {entry[key]['machine_cpu_busy']:.0%} "
+                    "busy)"
                     for key in FANOUT_CONFIGS
                 ),
                 flush=True,
@@ -784,6 +807,8 @@ class LivePhase:
                     "deliveries_per_s",
                     "source_deltas_per_s",
                     "source_deltas_per_delivery",
+                    "seconds",
+                    "machine_cpu_busy",
                 )
             }
             for key in FANOUT_CONFIGS
