@@ -85,13 +85,13 @@ class Continuity(Protocol):
 class LibraryContinuity:
     """The device library's :class:`ContinuityMachine` (services/livestream/subscriber)."""
 
-    def __init__(self, device_id: str) -> None:
+    def __init__(self, device_id: str, workspace: str = WORKSPACE) -> None:
         from services.livestream.subscriber import continuity
         from services.livestream.subscriber.state import DeviceState
 
         self._lib = continuity
         self._machine = continuity.ContinuityMachine(
-            DeviceState(device_id=device_id, workspace_ids=(WORKSPACE,))
+            DeviceState(device_id=device_id, workspace_ids=(workspace,))
         )
 
     def begin_call(self, with_cursor: bool) -> None:
@@ -146,7 +146,7 @@ class RawContinuity:
     The fallback when the device library is not importable.
     """
 
-    def __init__(self, device_id: str) -> None:
+    def __init__(self, device_id: str, workspace: str = WORKSPACE) -> None:
         self._epoch: str | None = None
         self._last = 0
         self._broken = False
@@ -229,17 +229,19 @@ class RawContinuity:
         return None if self._epoch is None else (self._epoch, self._last)
 
 
-def make_continuity(device_id: str, check: str = "library") -> Continuity:
+def make_continuity(
+    device_id: str, check: str = "library", workspace: str = WORKSPACE
+) -> Continuity:
     """The device library's machine, else :class:`RawContinuity`.
 
     The library's machine is used for ``check="library"`` when it is importable.
     """
     if check == "library":
         try:
-            return LibraryContinuity(device_id)
+            return LibraryContinuity(device_id, workspace)
         except ImportError:
             pass
-    return RawContinuity(device_id)
+    return RawContinuity(device_id, workspace)
 
 
 # ---- links ----------------------------------------------------------------------------------
@@ -268,10 +270,18 @@ class Link:
 class LiveLink(Link):
     """A ``DeviceLink`` call of one device (its own channel, principal and cursor)."""
 
-    def __init__(self, name: str, tally: Tally, token: str, check: str = "library") -> None:
+    def __init__(
+        self,
+        name: str,
+        tally: Tally,
+        token: str,
+        check: str = "library",
+        workspace: str = WORKSPACE,
+    ) -> None:
         super().__init__(name, tally)
         self.metadata = (("authorization", f"Bearer {token}"),)
-        self.continuity = make_continuity(name, check)
+        self.workspace = workspace
+        self.continuity = make_continuity(name, check, workspace)
         self.channel: grpc.aio.Channel | None = None
         self.call: Any = None
         self.reader: asyncio.Task[None] | None = None
@@ -291,7 +301,7 @@ class LiveLink(Link):
         cursor = self.continuity.cursor() if with_cursor else None
         self.continuity.begin_call(cursor is not None)
         hello = livestream_pb2.ClientHello(
-            protocol_revision=PROTOCOL_REVISION, device_id=self.name, workspace_ids=[WORKSPACE]
+            protocol_revision=PROTOCOL_REVISION, device_id=self.name, workspace_ids=[self.workspace]
         )
         if cursor is not None:
             hello.resume_cursor.epoch, hello.resume_cursor.last_sequence = cursor
@@ -540,13 +550,15 @@ class DeviceWorker:
         concurrency: int = 64,
         ready_seconds: float = 120.0,
         append: bool = False,
+        workspace: str = WORKSPACE,
     ) -> dict[str, Any]:
         """Connect one ``DeviceLink`` per ``(device_id, token)``; wait for ``stream_ready``.
 
-        With ``append`` the links join the group's existing ones.
+        With ``append`` the links join the group's existing ones; ``workspace`` is the one
+        workspace the links watch (the bench workspace unless told).
         """
         links = [
-            LiveLink(device, Tally(width, first_index), token, self.check)
+            LiveLink(device, Tally(width, first_index), token, self.check, workspace)
             for device, token in devices
         ]
         self._group(group, links, append)
