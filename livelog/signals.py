@@ -9,7 +9,6 @@ the live log's stream. Imported lazily (``nats-py`` is the ``scale`` extra).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
@@ -18,7 +17,7 @@ import nats.errors
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
-from livelog.interface import LiveLogUnavailable
+from livelog.nats_connection import connect_core
 from livelog.settings import LiveLogSettings
 
 __all__ = ["NatsSignals"]
@@ -40,35 +39,7 @@ class NatsSignals:
         Raises:
             LiveLogUnavailable: the server cannot be reached in time.
         """
-        client = NatsClient()
-
-        async def error(err: Exception) -> None:
-            _log.debug("signals: NATS error: %s", err)
-
-        bound = settings.nats_connect_timeout_seconds
-        try:
-            async with asyncio.timeout(bound):
-                await client.connect(
-                    servers=[url.strip() for url in settings.nats_url.split(",") if url.strip()],
-                    name=name,
-                    allow_reconnect=True,
-                    max_reconnect_attempts=-1,
-                    # nats-py annotates this int but sleeps for it as seconds (a float).
-                    reconnect_time_wait=0.25,  # type: ignore[arg-type]
-                    connect_timeout=2,
-                    error_cb=error,
-                )
-        except (TimeoutError, OSError, nats.errors.Error) as err:
-            with contextlib.suppress(Exception):
-                await client.close()
-            raise LiveLogUnavailable(
-                f"NATS at {settings.nats_url} unreachable within {bound:g} s: {err!r}"
-            ) from err
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await client.close()
-            raise
-        return cls(settings, client)
+        return cls(settings, await connect_core(settings, name=name, log=_log))
 
     def subject(self, name: str) -> str:
         """The subject of signal ``name``."""

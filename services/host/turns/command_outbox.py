@@ -238,20 +238,18 @@ async def enqueue_many(
     return command_ids
 
 
-async def dispatch_after_direct_write(ctx: HostContext, session: SessionRow) -> None:
-    """After a direct write left the Session's new command ``pending`` (no local link).
+async def dispatch_unserved(ctx: HostContext, routes: Sequence[SessionRoute]) -> None:
+    """After a commit that left these Sessions' commands ``pending`` (no local link served them).
 
-    The write found a runtime attached to another replica (SCALE-2): with the bus the
-    wake-up reaches its replica, which dispatches from the outbox; without it (a link may
-    have connected here meanwhile) the local dispatch looks again, as ``enqueue`` does.
+    With several replicas (SCALE-2) the wake-up reaches the replica holding a serving link
+    (this one too, should a link connect here meanwhile), which dispatches from the outbox;
+    on a single node the local dispatch looks again, so a link that connected meanwhile still
+    gets them.
     """
-    route = SessionRoute(
-        session.workspace_id, session.session_id, session.agent_target_id, session.provider
-    )
     if ctx.command_wakeups is not None:
-        await ctx.command_wakeups.wake([route])
+        await ctx.command_wakeups.wake(routes)
     else:
-        await dispatch_session(ctx, session.workspace_id, session.session_id)
+        await dispatch_routes(ctx, routes)
 
 
 def _by_link(
@@ -298,18 +296,9 @@ async def _dispatch_many_with_commit(
 
         repos.uow.after_commit(send_after_commit)
     if unserved:
-        wakeups = ctx.command_wakeups
-        if wakeups is not None:
-            # SCALE-2: a link on another replica (or one that connects here meanwhile) is
-            # reached by a wake-up; its replica dispatches from the outbox.
-            async def wake_after_commit() -> None:
-                await wakeups.wake(unserved)
-
-            repos.uow.after_commit(wake_after_commit)
-            return
 
         async def dispatch_after_commit() -> None:
-            await dispatch_routes(ctx, unserved)
+            await dispatch_unserved(ctx, unserved)
 
         repos.uow.after_commit(dispatch_after_commit)
 
@@ -350,26 +339,16 @@ async def _dispatch_with_commit(
     separate post-commit dispatch. The retry contract is unchanged (ADR 0013): a row commits
     either ``pending`` or ``dispatched``, both are unacknowledged, and a (re)connecting link
     receives both; nothing is sent unless the commit succeeded. Without a link the rows stay
-    ``pending`` and the post-commit :func:`dispatch_session` looks again, so a link that
-    connected meanwhile still gets them.
+    ``pending`` and the post-commit :func:`dispatch_unserved` wakes the replica that
+    holds a link, or looks again here (a link that connected meanwhile still gets them).
     """
     workspace_id, session_id = key
     link = ctx.runtimes.link_for(workspace_id, *target)
     if link is None:
-        wakeups = ctx.command_wakeups
-        if wakeups is not None:
-            # SCALE-2: no link here; the replica holding one (this one too, should a link
-            # connect meanwhile) receives the wake-up and dispatches from the outbox.
-            route = SessionRoute(workspace_id, session_id, *target)
-
-            async def wake_after_commit() -> None:
-                await wakeups.wake([route])
-
-            repos.uow.after_commit(wake_after_commit)
-            return
+        route = SessionRoute(workspace_id, session_id, *target)
 
         async def dispatch_after_commit() -> None:
-            await dispatch_session(ctx, workspace_id, session_id)
+            await dispatch_unserved(ctx, [route])
 
         repos.uow.after_commit(dispatch_after_commit)
         return

@@ -29,6 +29,7 @@ from domainerrors import Unavailable
 from services.host.context import HostContext
 from services.host.model.records import SessionRecord, TurnRecord
 from services.host.repository import hot_reads
+from services.host.repository.command_rows import SessionRoute
 from services.host.repository.row_records import (
     MessageRecord,
     message_record,
@@ -120,7 +121,19 @@ async def send_input(ctx: HostContext, submission: Submission) -> SubmitResult:
                 if written.dispatched is not None:
                     written.dispatched.send()
                 elif not written.replayed and written.session is not None:
-                    await command_outbox.dispatch_after_direct_write(ctx, written.session)
+                    # A runtime on another replica serves it: the command waits ``pending``.
+                    session = written.session
+                    await command_outbox.dispatch_unserved(
+                        ctx,
+                        [
+                            SessionRoute(
+                                session.workspace_id,
+                                session.session_id,
+                                session.agent_target_id,
+                                session.provider,
+                            )
+                        ],
+                    )
                 return await read_back(ctx, submission, written.replayed, None)
         replayed, interrupted = await ctx.transact(
             lambda repos: persist_submission(ctx, repos, submission)

@@ -23,6 +23,8 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from grpcserver.settings import StartupError
+from livelog.interface import LiveLogUnavailable
+from livelog.nats_connection import connect_core
 from livelog.settings import LiveLogSettings
 from services.livestream.handover.port import OwnerLost, StateProvider
 from services.livestream.handover.state import (
@@ -78,30 +80,10 @@ class NatsHandover:
         Raises:
             StartupError: NATS could not be reached in time.
         """
-        client = NatsClient()
-        servers = [url.strip() for url in self._settings.nats_url.split(",") if url.strip()]
-
-        async def error(err: Exception) -> None:
-            log.debug("hand-over: NATS error: %s", err)
-
         try:
-            async with asyncio.timeout(self._settings.nats_connect_timeout_seconds):
-                await client.connect(
-                    servers=servers,
-                    name="tutti-livestream-handover",
-                    allow_reconnect=True,
-                    max_reconnect_attempts=-1,
-                    reconnect_time_wait=0.25,  # type: ignore[arg-type]
-                    connect_timeout=2,
-                    error_cb=error,
-                )
-        except (TimeoutError, OSError, nats.errors.Error) as err:
-            with contextlib.suppress(Exception):
-                await client.close()
-            raise StartupError(
-                f"hand-over: NATS at {self._settings.nats_url} not reachable within "
-                f"{self._settings.nats_connect_timeout_seconds:g} s ({err!r})"
-            ) from None
+            client = await connect_core(self._settings, name="tutti-livestream-handover", log=log)
+        except LiveLogUnavailable as err:
+            raise StartupError(f"hand-over: {err}") from None
         self._client = client
         self._sync = asyncio.create_task(self._sync_subscriptions(), name="handover-subscriptions")
         self._wake.set()
