@@ -99,6 +99,11 @@ class CompiledSql:
             self._order = tuple(compiled.positiontup or ())
             self.sql = compiled.string.encode()
 
+    @property
+    def arity(self) -> int:
+        """How many ``$n`` parameters the Postgres SQL has (0 for SQLite's named ones)."""
+        return len(self._order or ())
+
     def bind(self, params: Mapping[str, Any] | None) -> Any:
         """The driver's parameters: the fixed ones, overridden by ``params``."""
         values = {**self._fixed, **params} if params else self._fixed

@@ -39,23 +39,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.sql import Delete, Insert, Update
+from sqlalchemy.sql import Delete, Insert, TextClause, Update
 
 from domainerrors import Unavailable
 from store.contention import RETRY_AFTER_SECONDS, retryable_error
-from store.direct_reads import PG_CONNECT_TIMEOUT_SECONDS, CompiledSql, ReadQuery
+from store.direct_reads import PG_CONNECT_TIMEOUT_SECONDS, CompiledSql, ReadConnection, ReadQuery
 from store.engine import DEFAULT_SQLITE_BUSY_TIMEOUT_MS, backend_name, sqlite_write_slot
 from store.write_queue import SqliteWriteSlotTimeout
+
+if TYPE_CHECKING:
+    from store.read_unions import ReadUnion
 
 __all__ = [
     "DEFAULT_WRITE_CONNECTIONS",
@@ -73,6 +77,9 @@ CLOSE_TIMEOUT_SECONDS: Final = 5.0
 """How long :meth:`DirectWrites.close` waits for a running transaction per connection."""
 
 ResultT = TypeVar("ResultT")
+ReadT = TypeVar("ReadT")
+
+_PLACEHOLDER: Final = re.compile(rb"\$(\d+)")
 
 
 class WriteStatement:
@@ -82,7 +89,7 @@ class WriteStatement:
     statement that would expand an ``IN`` list at execution is refused with ``ValueError``).
     """
 
-    def __init__(self, statement: Insert | Update | Delete) -> None:
+    def __init__(self, statement: Insert | Update | Delete | TextClause) -> None:
         self.statement = statement
         self._compiled: dict[str, CompiledSql] = {}
 
@@ -96,36 +103,99 @@ class WriteStatement:
 
 
 class WriteConnection:
-    """The statements of one write transaction, on the thread that owns the connection."""
+    """The statements of one write transaction, on the thread that owns the connection.
+
+    Writes whose outcome the function does not read (no row count, no rows) go through
+    :meth:`defer`. On Postgres they are not sent alone: they travel with the next statement
+    that says it may carry them (``carries_deferred``), as data-modifying CTEs of that one
+    statement, so a transaction's inserts and updates cost one round trip with its last
+    statement instead of one each. Any other statement, and the commit, first sends what is
+    deferred as one statement of its own, so every read sees every earlier write. SQLite
+    runs each write at once: in-process, it has no round trips to save.
+    """
 
     def __init__(self, backend: str, connection: Any) -> None:
         self.backend = backend
         self._connection = connection
+        self._deferred: list[tuple[CompiledSql, Any]] = []
 
     def first(self, query: ReadQuery, params: Mapping[str, Any] | None = None) -> Any | None:
         """The first row of ``query`` (a named tuple) or ``None``; ``FOR UPDATE`` locks it."""
         compiled = query.compiled(self.backend)
-        row = self._connection.execute(compiled.sql, compiled.bind(params)).fetchone()
+        row = self._execute(compiled, compiled.bind(params)).fetchone()
         return None if row is None else compiled.decode(row)
 
     def all(self, query: ReadQuery, params: Mapping[str, Any] | None = None) -> list[Any]:
         """Every row of ``query`` (named tuples); ``FOR UPDATE`` locks them."""
         compiled = query.compiled(self.backend)
-        rows = self._connection.execute(compiled.sql, compiled.bind(params)).fetchall()
+        rows = self._execute(compiled, compiled.bind(params)).fetchall()
         return [compiled.decode(row) for row in rows]
 
-    def execute(self, statement: WriteStatement, params: Mapping[str, Any] | None = None) -> int:
-        """Run a write statement; return the number of rows it changed."""
+    def union(self, union: ReadUnion, params: Mapping[str, Any]) -> dict[str, list[Any]]:
+        """Each part's rows of ``union`` by part name (``store.read_unions``).
+
+        One statement on Postgres (one snapshot, one round trip); one statement per part on
+        SQLite, whose write transaction holds the database and so sees one state anyway.
+        """
+        if self.backend != "postgresql":
+            return {
+                name: self.all(query, params)
+                for name, query in zip(union.names, union.part_queries, strict=True)
+            }
+        compiled = union.compiled(self.backend)
+        found = self._execute(compiled, compiled.bind(params)).fetchall()
+        result: dict[str, list[Any]] = compiled.decode(found)
+        return result
+
+    def execute(
+        self,
+        statement: WriteStatement,
+        params: Mapping[str, Any] | None = None,
+        *,
+        carries_deferred: bool = False,
+    ) -> int:
+        """Run a write statement; return the number of rows it changed.
+
+        ``carries_deferred``: the statement touches no row a deferred write touches, so
+        those may travel with it (see the class).
+        """
         compiled = statement.compiled(self.backend)
-        cursor = self._connection.execute(compiled.sql, compiled.bind(params))
+        cursor = self._execute(compiled, compiled.bind(params), carries_deferred)
         return int(cursor.rowcount)
 
-    def returned(
-        self, statement: WriteStatement, params: Mapping[str, Any] | None = None
-    ) -> list[tuple[Any, ...]]:
-        """Run a write statement with ``RETURNING``; its rows as plain tuples."""
+    def defer(self, statement: WriteStatement, params: Mapping[str, Any] | None = None) -> None:
+        """Run a write whose row count the function does not need, at the latest by the commit.
+
+        Deferred writes must touch different rows from each other (on Postgres they run as
+        CTEs of one statement, which see one snapshot and no effect of each other).
+        """
         compiled = statement.compiled(self.backend)
-        return [tuple(row) for row in self._connection.execute(compiled.sql, compiled.bind(params))]
+        if self.backend != "postgresql":
+            self._connection.execute(compiled.sql, compiled.bind(params))
+            return
+        self._deferred.append((compiled, compiled.bind(params)))
+
+    def flush(self) -> None:
+        """Send the deferred writes now (the commit does; so does every other statement)."""
+        if self._deferred:
+            deferred, self._deferred = self._deferred, []
+            sql, values = _with_ctes(deferred, None, [])
+            self._connection.execute(sql, values)
+
+    def returned(
+        self,
+        statement: WriteStatement,
+        params: Mapping[str, Any] | None = None,
+        *,
+        carries_deferred: bool = False,
+    ) -> list[tuple[Any, ...]]:
+        """Run a write statement with ``RETURNING``; its rows as plain tuples.
+
+        ``carries_deferred``: as :meth:`execute`.
+        """
+        compiled = statement.compiled(self.backend)
+        cursor = self._execute(compiled, compiled.bind(params), carries_deferred)
+        return [tuple(row) for row in cursor]
 
     def returned_each(
         self, statement: WriteStatement, rows: Sequence[Mapping[str, Any]]
@@ -136,12 +206,71 @@ class WriteConnection:
         returned rows that of ``rows`` on both backends.
         """
         compiled = statement.compiled(self.backend)
-        execute = self._connection.execute
         found: list[tuple[Any, ...]] = []
         for params in rows:
-            row = execute(compiled.sql, compiled.bind(params)).fetchone()
+            row = self._execute(compiled, compiled.bind(params)).fetchone()
             found.append(tuple(row))
         return found
+
+    def _execute(self, compiled: CompiledSql, values: Any, carries: bool = False) -> Any:
+        if not self._deferred:
+            return self._connection.execute(compiled.sql, values)
+        if not carries:
+            self.flush()
+            return self._connection.execute(compiled.sql, values)
+        deferred, self._deferred = self._deferred, []
+        sql, combined = _with_ctes(deferred, compiled, values)
+        return self._connection.execute(sql, combined)
+
+
+_COMBINED: dict[tuple[int, ...], bytes] = {}
+"""Combined statements by the identity of their parts (few shapes: the hot paths' own)."""
+
+
+def _with_ctes(
+    deferred: list[tuple[CompiledSql, Any]], carrier: CompiledSql | None, values: Any
+) -> tuple[bytes, list[Any]]:
+    """One Postgres statement: the deferred writes as CTEs of ``carrier`` (or ``SELECT 1``).
+
+    Each part's ``$n`` parameters are renumbered after the parts before it; the parameter
+    list is the parts' lists in the same order. Parts are compiled statements that live as
+    long as the process, so their ids key the cache.
+    """
+    parts = [compiled for compiled, _ in deferred]
+    key = (*(id(part) for part in parts), id(carrier))
+    sql = _COMBINED.get(key)
+    if sql is None:
+        sql = _COMBINED[key] = _combine(parts, carrier)
+    combined: list[Any] = []
+    for _, bound in deferred:
+        combined.extend(bound)
+    combined.extend(values)
+    return sql, combined
+
+
+def _combine(parts: list[CompiledSql], carrier: CompiledSql | None) -> bytes:
+    offset = 0
+    ctes: list[bytes] = []
+    for index, part in enumerate(parts):
+        ctes.append(b"deferred_%d AS (%s)" % (index, _renumber(_sql(part), offset)))
+        offset += part.arity
+    prefix = b"WITH " + b", ".join(ctes)
+    if carrier is None:
+        return prefix + b" SELECT 1"
+    body = _renumber(_sql(carrier), offset)
+    if body[:5].upper() == b"WITH ":
+        return prefix + b", " + body[5:]
+    return prefix + b" " + body
+
+
+def _sql(compiled: CompiledSql) -> bytes:
+    return compiled.sql if isinstance(compiled.sql, bytes) else compiled.sql.encode()
+
+
+def _renumber(sql: bytes, offset: int) -> bytes:
+    if not offset:
+        return sql
+    return _PLACEHOLDER.sub(lambda match: b"$%d" % (int(match.group(1)) + offset), sql)
 
 
 class TransactionWriteConnection(WriteConnection):
@@ -166,13 +295,37 @@ class TransactionWriteConnection(WriteConnection):
         """Every row of ``query``; ``FOR UPDATE`` locks them."""
         return list(self._sa.execute(query.statement, dict(params or {})).all())
 
-    def execute(self, statement: WriteStatement, params: Mapping[str, Any] | None = None) -> int:
+    def union(self, union: ReadUnion, params: Mapping[str, Any]) -> dict[str, list[Any]]:
+        """Each part's rows of ``union``, one statement per part (the ORM path is not hot)."""
+        return {
+            name: self.all(query, params)
+            for name, query in zip(union.names, union.part_queries, strict=True)
+        }
+
+    def execute(
+        self,
+        statement: WriteStatement,
+        params: Mapping[str, Any] | None = None,
+        *,
+        carries_deferred: bool = False,
+    ) -> int:
         """Run a write statement; return the number of rows it changed."""
         result = self._sa.execute(statement.statement, dict(params or {}))
         return int(getattr(result, "rowcount", 0) or 0)
 
+    def defer(self, statement: WriteStatement, params: Mapping[str, Any] | None = None) -> None:
+        """Run the write at once (SQLAlchemy sends each statement on its own)."""
+        self._sa.execute(statement.statement, dict(params or {}))
+
+    def flush(self) -> None:
+        """Nothing is ever deferred here."""
+
     def returned(
-        self, statement: WriteStatement, params: Mapping[str, Any] | None = None
+        self,
+        statement: WriteStatement,
+        params: Mapping[str, Any] | None = None,
+        *,
+        carries_deferred: bool = False,
     ) -> list[tuple[Any, ...]]:
         """Run a write statement with ``RETURNING``; its rows as plain tuples."""
         return [tuple(row) for row in self._sa.execute(statement.statement, dict(params or {}))]
@@ -234,8 +387,17 @@ class _Writer:
         # through the raw cursor as they are (no placeholder parsing per call).
         return psycopg.Connection.connect(target, autocommit=True, cursor_factory=psycopg.RawCursor)
 
-    def run(self, write: Callable[[WriteConnection], ResultT]) -> ResultT:
-        """Run ``write`` in one transaction on this thread's connection and commit it."""
+    def run(
+        self,
+        write: Callable[[WriteConnection], ResultT],
+        then: Callable[[ReadConnection], Any] | None = None,
+    ) -> Any:
+        """Run ``write`` in one transaction on this thread's connection and commit it.
+
+        With ``then``, return ``(result, then's result)``: ``then`` reads after the commit,
+        on this connection, what is now committed (one statement in autocommit on Postgres;
+        a read transaction on SQLite, still inside the process's write line).
+        """
         try:
             if self._connection is None:
                 self._connection = self._connect()
@@ -249,9 +411,12 @@ class _Writer:
                 finally:
                     if connection.in_transaction:
                         connection.execute("ROLLBACK")
+            else:
+                with connection.transaction():
+                    result = write(writer)
+                    writer.flush()
+            if then is None:
                 return result
-            with connection.transaction():
-                return write(writer)
         except (sqlite3.Error, psycopg.Error) as exc:
             mapped = retryable_error(DBAPIError(None, None, exc))
             if mapped is not None:
@@ -267,6 +432,26 @@ class _Writer:
                 )
                 raise _LostConnection(refusal) from exc
             raise
+        try:
+            return result, self._read(then)
+        except (sqlite3.Error, psycopg.Error) as exc:
+            # The write has committed; its caller reads again on the read path.
+            if isinstance(exc, psycopg.OperationalError) or (
+                isinstance(exc, sqlite3.OperationalError) and self._broken(exc)
+            ):
+                self.close()
+            return result, None
+
+    def _read(self, read: Callable[[ReadConnection], ReadT]) -> ReadT:
+        connection = self._connection
+        if self.backend == "postgresql":
+            return read(ReadConnection(self.backend, connection, one_statement=True))
+        connection.execute("BEGIN")
+        try:
+            return read(ReadConnection(self.backend, connection, unions_as_one_statement=False))
+        finally:
+            if connection.in_transaction:
+                connection.execute("COMMIT")
 
     @staticmethod
     def _broken(exc: sqlite3.OperationalError) -> bool:
@@ -330,6 +515,23 @@ class DirectWrites:
     async def run(self, write: Callable[[WriteConnection], ResultT]) -> ResultT:
         """Run ``write`` (synchronous) in one committed write transaction, one thread hop.
 
+        Raises: as :meth:`run_then_read`.
+        """
+        result: ResultT = await self._run(write, None)
+        return result
+
+    async def run_then_read(
+        self,
+        write: Callable[[WriteConnection], ResultT],
+        read: Callable[[ReadConnection], ReadT],
+    ) -> tuple[ResultT, ReadT | None]:
+        """:meth:`run`, then ``read`` what is committed, in the same thread hop.
+
+        The read runs on the writer's connection after the commit (so it reads the write's
+        rows back as any later reader would), as one statement on Postgres. When the store
+        fails the read (not the write), the read's result is ``None``: the write has
+        committed, and the caller reads again on the read path.
+
         Raises:
             domainerrors.Unavailable: ``STORE_BUSY`` (the write line or the store did not
                 admit the transaction in time, or the connection was lost); nothing committed
@@ -337,12 +539,20 @@ class DirectWrites:
             domainerrors.Aborted: ``STORE_CONFLICT``; nothing committed.
             Exception: whatever ``write`` raised; nothing committed.
         """
+        found: tuple[ResultT, ReadT | None] = await self._run(write, read)
+        return found
+
+    async def _run(
+        self,
+        write: Callable[[WriteConnection], Any],
+        read: Callable[[ReadConnection], Any] | None,
+    ) -> Any:
         pool = self._pool()
         writer = await pool.get()
         try:
             async with sqlite_write_slot(self._engine):
                 done = asyncio.get_running_loop().run_in_executor(
-                    writer.executor, writer.run, write
+                    writer.executor, writer.run, write, read
                 )
                 return await _to_its_end(done)
         except _LostConnection as lost:

@@ -134,18 +134,45 @@ class HostContext:
         published after the commit, before the caller's own post-commit steps, as
         :meth:`transact` does (HOST-OBS-1, ADR 0034).
         """
+        result, _ = await self._write_activity(write, None)
+        return result
+
+    async def write_activity_then_read(
+        self,
+        write: Callable[[WriteConnection], ActivityWriteT],
+        read: Callable[[ReadConnection], ResultT],
+    ) -> tuple[ActivityWriteT, ResultT | None]:
+        """:meth:`write_activity`, then ``read`` what committed, in the same thread hop.
+
+        The read runs on the writer's connection after the commit (``DirectWrites.
+        run_then_read``); ``None`` when the store failed that read, not the write.
+        """
+        return await self._write_activity(write, read)
+
+    async def _write_activity(
+        self,
+        write: Callable[[WriteConnection], ActivityWriteT],
+        read: Callable[[ReadConnection], ResultT] | None,
+    ) -> tuple[ActivityWriteT, ResultT | None]:
         log = self.activity.log
+        writes = self.database.writes
         if log is None:
-            return await self.database.writes.run(write)
+            if read is None:
+                return await writes.run(write), None
+            return await writes.run_then_read(write, read)
 
         def write_and_append(conn: WriteConnection) -> tuple[ActivityWriteT, list[CommittedBatch]]:
             result = write(conn)
             changes, state = result.activity()
             return result, log.append_resolved(conn, changes, state)
 
-        result, batches = await self.database.writes.run(write_and_append)
+        found: ResultT | None = None
+        if read is None:
+            (result, batches) = await writes.run(write_and_append)
+        else:
+            (result, batches), found = await writes.run_then_read(write_and_append, read)
         log.publish(batches)
-        return result
+        return result, found
 
     async def read(
         self, read: Callable[[ReadConnection], ResultT], *, one_statement: bool = False

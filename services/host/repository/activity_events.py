@@ -97,6 +97,32 @@ _EVENT_COLUMNS: Final = (
     "payload",
     "created_at_unix_ms",
 )
+# Postgres: the bump and the inserts as one statement (one round trip per workspace), which
+# also carries the transaction's deferred writes (``WriteConnection.defer``). The bump is a
+# data-modifying CTE: it runs once and takes the head row's lock before any row is inserted.
+# Rows are inserted in their order (``ORDER BY`` ordinality: ids are drawn in that order) and
+# come back as (workspace_seq, id); ``workspace_seq`` says which row is which.
+_APPEND_PG: Final = WriteStatement(
+    text(
+        "WITH head AS ("
+        " INSERT INTO workspace_event_heads (workspace_id, last_seq)"
+        " VALUES (:workspace_id, :count)"
+        " ON CONFLICT (workspace_id) DO UPDATE"
+        " SET last_seq = workspace_event_heads.last_seq + excluded.last_seq"
+        " RETURNING last_seq)"
+        " INSERT INTO activity_events"
+        " (workspace_id, workspace_seq, session_id, event_type, payload, created_at_unix_ms)"
+        " SELECT CAST(:workspace_id AS VARCHAR), head.last_seq - :count + appended.ordinal,"
+        " appended.session_id, appended.event_type, appended.payload,"
+        " appended.created_at_unix_ms"
+        " FROM head, unnest(CAST(:session_ids AS VARCHAR[]), CAST(:event_types AS VARCHAR[]),"
+        " CAST(:payloads AS BYTEA[]), CAST(:created AS BIGINT[]))"
+        " WITH ORDINALITY AS appended"
+        " (session_id, event_type, payload, created_at_unix_ms, ordinal)"
+        " ORDER BY appended.ordinal"
+        " RETURNING workspace_seq, id"
+    )
+)
 _INSERT_EVENT: Final = WriteStatement(
     insert(_EVENTS_TABLE)
     .values({name: bindparam(name) for name in _EVENT_COLUMNS})
@@ -197,6 +223,9 @@ def append_events(conn: WriteConnection, rows: Sequence[NewEventRow]) -> dict[st
     """
     if not rows:
         return {}
+    first_workspace = rows[0].workspace_id
+    if conn.backend == "postgresql" and all(row.workspace_id == first_workspace for row in rows):
+        return _append_in_one_statement(conn, rows)
     per_workspace: dict[str, int] = {}
     for row in rows:
         per_workspace[row.workspace_id] = per_workspace.get(row.workspace_id, 0) + 1
@@ -225,6 +254,38 @@ def append_events(conn: WriteConnection, rows: Sequence[NewEventRow]) -> dict[st
     for row, (new_id,) in zip(rows, conn.returned_each(_INSERT_EVENT, parameters), strict=True):
         result[row.workspace_id].ids.append(int(new_id))
     return result
+
+
+def _append_in_one_statement(
+    conn: WriteConnection, rows: Sequence[NewEventRow]
+) -> dict[str, AppendedRun]:
+    """:func:`append_events` on Postgres for rows of one workspace: one statement.
+
+    The statement carries the transaction's deferred writes (it touches no row they touch).
+    An append across workspaces keeps one statement per row, so ids follow the row order
+    across workspaces too.
+    """
+    workspace_id = rows[0].workspace_id
+    returned = conn.returned(
+        _APPEND_PG,
+        {
+            "workspace_id": workspace_id,
+            "count": len(rows),
+            "session_ids": [row.session_id for row in rows],
+            "event_types": [row.event_type for row in rows],
+            "payloads": [row.payload for row in rows],
+            "created": [row.created_at_unix_ms for row in rows],
+        },
+        carries_deferred=True,
+    )
+    if len(returned) != len(rows):
+        raise RuntimeError(f"appended {len(returned)} of {len(rows)} events")
+    ordered = sorted(returned)
+    return {
+        workspace_id: AppendedRun(
+            previous_seq=int(ordered[0][0]) - 1, ids=[int(new_id) for _, new_id in ordered]
+        )
+    }
 
 
 class EventLogRepository:

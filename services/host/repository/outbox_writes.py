@@ -67,8 +67,11 @@ _SET_OPERATION: Final = WriteStatement(
 
 
 def insert_command(conn: WriteConnection, values: dict[str, Any]) -> None:
-    """Insert a new outbox row (``command_rows.pending_values``: no ``id``, no error)."""
-    conn.execute(_INSERT, values)
+    """Insert a new outbox row (``command_rows.pending_values``: no ``id``, no error).
+
+    Deferred: it travels with the transaction's next statement (``WriteConnection.defer``).
+    """
+    conn.defer(_INSERT, values)
 
 
 def pending_of_session(conn: WriteConnection, workspace_id: str, session_id: str) -> list[Any]:

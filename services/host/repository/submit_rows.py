@@ -23,16 +23,26 @@ from sqlalchemy.sql import ColumnElement
 
 from store.direct_reads import ReadQuery
 from store.direct_writes import WriteConnection, WriteStatement
-from store.models import DEPLOYMENT_WORKSPACE_KEY, AgentTarget, Message, Session, Turn
+from store.models import (
+    DEPLOYMENT_WORKSPACE_KEY,
+    AgentTarget,
+    Message,
+    RuntimeCommandOutbox,
+    Session,
+    Turn,
+)
+from store.read_unions import ReadUnion, UnionPart
 
 __all__ = [
     "NewMessage",
     "NewTurn",
+    "SubmitRows",
     "insert_message",
     "insert_turn",
     "lock_with_root",
     "message",
     "set_message_cursor",
+    "submit_rows",
     "target",
     "turn",
     "turn_by_client_submit_id",
@@ -42,6 +52,7 @@ _S = cast(Table, Session.__table__)
 _T = cast(Table, Turn.__table__)
 _M = cast(Table, Message.__table__)
 _A = cast(Table, AgentTarget.__table__)
+_C = cast(Table, RuntimeCommandOutbox.__table__)
 
 
 def _key(table: Table) -> ColumnElement[bool]:
@@ -68,6 +79,40 @@ _TARGET: Final = ReadQuery(
     )
     .order_by(_A.c.workspace_id == DEPLOYMENT_WORKSPACE_KEY)
     .limit(1)
+)
+
+# What a submit reads once it holds the Session's lock, as one statement on Postgres (a
+# separate statement after the lock, so it sees what the lock's previous holder committed):
+# its message (a replay), its agent target and active Turn (found through the Session row by
+# scalar subquery), and whether the Session has commands still ``pending``.
+_SESSION_TARGET: Final = (
+    select(_S.c.agent_target_id).where(_key(_S)).scalar_subquery().correlate(None)
+)
+_SESSION_ACTIVE_TURN: Final = (
+    select(_S.c.active_turn_id).where(_key(_S)).scalar_subquery().correlate(None)
+)
+_SUBMIT_ROWS: Final = ReadUnion(
+    message=UnionPart(select(_M).where(_key(_M), _M.c.message_id == bindparam("mid"))),
+    target=UnionPart(
+        select(_A).where(
+            _A.c.agent_target_id == _SESSION_TARGET,
+            or_(
+                _A.c.workspace_id == bindparam("ws"),
+                _A.c.workspace_id == DEPLOYMENT_WORKSPACE_KEY,
+            ),
+        ),
+        order_by=(_A.c.workspace_id == DEPLOYMENT_WORKSPACE_KEY,),
+        limit=1,
+    ),
+    active=UnionPart(select(_T).where(_key(_T), _T.c.turn_id == _SESSION_ACTIVE_TURN)),
+    pending=UnionPart(
+        select(_C.c.id).where(
+            _C.c.workspace_id == bindparam("ws"),
+            _C.c.session_id == bindparam("sid"),
+            _C.c.state == "pending",
+        ),
+        limit=1,
+    ),
 )
 
 _INSERT_TURN: Final = WriteStatement(insert(_T).values({c.key: bindparam(c.key) for c in _T.c}))
@@ -154,6 +199,37 @@ def lock_with_root(conn: WriteConnection, workspace_id: str, session_id: str) ->
     return conn.first(_SESSION_LOCKED, params)
 
 
+@dataclass(frozen=True)
+class SubmitRows:
+    """What a submit reads under the Session's lock (:func:`submit_rows`).
+
+    Attributes:
+        message: the submission's user message (``MessageRow`` columns): it is a replay.
+        target: the Session's agent target (``TargetRow`` columns), workspace-private first.
+        active: the Turn the Session's ``active_turn_id`` names (``TurnRow`` columns).
+        has_pending: the Session has outbox rows still ``pending``.
+    """
+
+    message: Any | None
+    target: Any | None
+    active: Any | None
+    has_pending: bool
+
+
+def submit_rows(
+    conn: WriteConnection, workspace_id: str, session_id: str, message_id: str
+) -> SubmitRows:
+    """The rows a submit decides on, read after :func:`lock_with_root` (one statement)."""
+    parts = conn.union(_SUBMIT_ROWS, {"ws": workspace_id, "sid": session_id, "mid": message_id})
+    messages, targets, active = parts["message"], parts["target"], parts["active"]
+    return SubmitRows(
+        messages[0] if messages else None,
+        targets[0] if targets else None,
+        active[0] if active else None,
+        bool(parts["pending"]),
+    )
+
+
 def message(conn: WriteConnection, workspace_id: str, session_id: str, message_id: str) -> Any:
     """The Message row (``MessageRow`` columns) with this id in this Session, or ``None``."""
     return conn.first(_MESSAGE, {"ws": workspace_id, "sid": session_id, "mid": message_id})
@@ -178,13 +254,13 @@ def target(conn: WriteConnection, workspace_id: str, agent_target_id: str) -> An
 
 
 def insert_turn(conn: WriteConnection, row: NewTurn) -> None:
-    """Insert a Turn row."""
-    conn.execute(_INSERT_TURN, vars(row))
+    """Insert a Turn row (deferred: it travels with the transaction's next statement)."""
+    conn.defer(_INSERT_TURN, vars(row))
 
 
 def insert_message(conn: WriteConnection, row: NewMessage) -> None:
-    """Insert a Message row."""
-    conn.execute(_INSERT_MESSAGE, vars(row))
+    """Insert a Message row (deferred)."""
+    conn.defer(_INSERT_MESSAGE, vars(row))
 
 
 def set_message_cursor(
@@ -197,8 +273,8 @@ def set_message_cursor(
     next_message_sequence: int,
     message_version: int,
 ) -> None:
-    """Set the Session's active Turn, ``updated_at`` and message cursor (one ``UPDATE``)."""
-    conn.execute(
+    """Set the Session's active Turn, ``updated_at`` and message cursor (deferred ``UPDATE``)."""
+    conn.defer(
         _SET_MESSAGE_CURSOR,
         {
             "ws": workspace_id,

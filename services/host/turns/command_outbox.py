@@ -108,6 +108,7 @@ def enqueue_written(
     now: int,
     *,
     link: RuntimeLinkHandle | None,
+    has_pending: bool = True,
 ) -> Dispatched | None:
     """Write a command row in an open write function (``store.direct_writes``, ADR 0034).
 
@@ -116,7 +117,9 @@ def enqueue_written(
     (locked, oldest first) become ``dispatched`` and the new row is written ``dispatched``;
     the caller sends them after the commit (:meth:`Dispatched.send`). Without one, the row is
     written ``pending`` and the caller dispatches it (:func:`enlist_dispatch` in an ORM
-    transaction). Runs on the writer thread: nothing here touches the event loop.
+    transaction). ``has_pending=False`` says the transaction found no ``pending`` row of the
+    Session after taking its lock, so none is read again. Runs on the writer thread: nothing
+    here touches the event loop.
     """
     workspace_id, session_id = session.workspace_id, session.session_id
     command_id = f"cmd-{uuid.uuid4()}"
@@ -125,10 +128,8 @@ def enqueue_written(
     if link is None:
         outbox_writes.insert_command(conn, values)
         return None
-    sends = [
-        _mark_written(conn, ctx, row, now)
-        for row in outbox_writes.pending_of_session(conn, workspace_id, session_id)
-    ]
+    older = outbox_writes.pending_of_session(conn, workspace_id, session_id) if has_pending else ()
+    sends = [_mark_written(conn, ctx, row, now) for row in older]
     values.update(state="dispatched", attempts=1)
     outbox_writes.insert_command(conn, values)
     sends.append(

@@ -59,6 +59,7 @@ from services.host.turns.submit_write import (
     runtime_unavailable,
     write_submission,
 )
+from store.direct_reads import ReadConnection
 
 
 class _Unread:
@@ -110,10 +111,11 @@ async def send_input(ctx: HostContext, submission: Submission) -> SubmitResult:
             now = ctx.clock()
             try:
                 remote = await _remote_runtimes(ctx, durable.session)
-                written = await ctx.write_activity(
+                written, durable_now = await ctx.write_activity_then_read(
                     lambda conn: write_submission(
                         conn, ctx, submission, now, dispatch=True, remote=remote
-                    )
+                    ),
+                    lambda conn: _submission_rows(conn, submission),
                 )
             except ActiveTurnToSettle:
                 settles = True
@@ -134,7 +136,9 @@ async def send_input(ctx: HostContext, submission: Submission) -> SubmitResult:
                             )
                         ],
                     )
-                return await read_back(ctx, submission, written.replayed, None)
+                if durable_now is None:  # the store failed the read, not the write
+                    return await read_back(ctx, submission, written.replayed, None)
+                return _result(submission, durable_now, written.replayed, None)
         replayed, interrupted = await ctx.transact(
             lambda repos: persist_submission(ctx, repos, submission)
         )
@@ -153,16 +157,18 @@ async def read_back(
 
 
 async def _durable_rows(ctx: HostContext, submission: Submission) -> hot_reads.SubmissionRows:
-    return await ctx.read(
-        lambda conn: hot_reads.submission_rows(
-            conn,
-            submission.workspace_id,
-            submission.session_id,
-            user_message_id(submission.client_submit_id),
-            submission.client_submit_id,
-            guidance=submission.delivery == "guidance",
-        ),
-        one_statement=True,
+    return await ctx.read(lambda conn: _submission_rows(conn, submission), one_statement=True)
+
+
+def _submission_rows(conn: ReadConnection, submission: Submission) -> hot_reads.SubmissionRows:
+    """The submission's durable rows, found by its identity (one statement on Postgres)."""
+    return hot_reads.submission_rows(
+        conn,
+        submission.workspace_id,
+        submission.session_id,
+        user_message_id(submission.client_submit_id),
+        submission.client_submit_id,
+        guidance=submission.delivery == "guidance",
     )
 
 

@@ -181,19 +181,26 @@ def write_submission(
     session = submit_rows.lock_with_root(conn, ws, sid)
     if session is None or session.deleted_at_unix_ms is not None:
         raise session_not_found(ws, sid)
-    existing = submit_rows.message(conn, ws, sid, user_message_id(submission.client_submit_id))
-    if existing is not None:
+    found = submit_rows.submit_rows(conn, ws, sid, user_message_id(submission.client_submit_id))
+    if found.message is not None:
         turn = submit_rows.turn_by_client_submit_id(conn, ws, sid, submission.client_submit_id)
-        check_replay(submission, existing, turn)
+        check_replay(submission, found.message, turn)
         return SubmitWrite(replayed=True)
-    target, link = _check_deliverable(ctx, conn, session, submission, remote)
-    active: TurnRow | None = None
-    if session.active_turn_id:
-        active = submit_rows.turn(conn, ws, sid, session.active_turn_id)
+    link = _check_deliverable(ctx, found.target, session, submission, remote)
+    active: TurnRow | None = found.active
     if active is not None and not lifecycle.is_active(active):
         active = None  # a stale reference never blocks a submission
     rewrite = _rewrite(ctx, session, submission)
-    step = _Step(conn, ctx, session, submission, rewrite, now, link if dispatch else None)
+    step = _Step(
+        conn,
+        ctx,
+        session,
+        submission,
+        rewrite,
+        now,
+        link if dispatch else None,
+        found.has_pending,
+    )
     if submission.delivery == "guidance":
         return step.guide(active)
     if active is not None:
@@ -207,21 +214,23 @@ def write_submission(
         # replaced Turn settles `canceled` (`interrupted` is reserved for delete and
         # runtime loss, HOST-TURN-5): on the ORM path, shared with every settlement.
         raise ActiveTurnToSettle(active.turn_id)
-    return step.start_turn(target, interrupted)
+    return step.start_turn(found.target if session.agent_target_id else None, interrupted)
 
 
 def _check_deliverable(
     ctx: HostContext,
-    conn: WriteConnection,
+    target: TargetRow | None,
     session: SessionRow,
     submission: Submission,
     remote: Sequence[RuntimeIdentity],
-) -> tuple[TargetRow | None, RuntimeLinkHandle | None]:
+) -> RuntimeLinkHandle | None:
     """Refuse a submission no enabled target and connected runtime can take.
 
+    ``target`` is the Session's agent target row (``None``: it has none, or it is not
+    registered).
+
     Returns:
-        The Session's agent target row (``None`` without one), read once per submission, and
-        the local link that serves the Session (``None`` when a runtime on another replica
+        The local link that serves the Session (``None`` when a runtime on another replica
         serves it).
 
     Raises:
@@ -230,16 +239,13 @@ def _check_deliverable(
     """
     ws = session.workspace_id
     capabilities = Capabilities.from_json(session.capabilities_json)
-    target = None
-    if session.agent_target_id:
-        target = submit_rows.target(conn, ws, session.agent_target_id)
-        if target is not None:
-            if not target.enabled:
-                raise FailedPrecondition(
-                    f"agent target {session.agent_target_id!r} is disabled",
-                    reason="AGENT_TARGET_UNAVAILABLE",
-                )
-            capabilities = Capabilities.from_json(target.capabilities_json)
+    if session.agent_target_id and target is not None:
+        if not target.enabled:
+            raise FailedPrecondition(
+                f"agent target {session.agent_target_id!r} is disabled",
+                reason="AGENT_TARGET_UNAVAILABLE",
+            )
+        capabilities = Capabilities.from_json(target.capabilities_json)
     link = ctx.runtimes.link_for(ws, session.agent_target_id, session.provider)
     runtime = link.identity if link is not None else None
     if runtime is None:
@@ -258,7 +264,7 @@ def _check_deliverable(
                 reason="DELIVERY_MODE_UNSUPPORTED",
                 metadata={"delivery": submission.delivery},
             )
-    return target, link
+    return link
 
 
 @dataclass(frozen=True)
@@ -280,6 +286,7 @@ class _Step:
     rewrite: _Rewrite
     now: int
     link: RuntimeLinkHandle | None
+    has_pending: bool
 
     def guide(self, active: TurnRow | None) -> SubmitWrite:
         """Add a guidance message to the active Turn and queue its ``guidance`` command.
@@ -402,7 +409,13 @@ class _Step:
 
     def _enqueue(self, command: Any) -> command_outbox.Dispatched | None:
         return command_outbox.enqueue_written(
-            self.conn, self.ctx, self.session, command, self.now, link=self.link
+            self.conn,
+            self.ctx,
+            self.session,
+            command,
+            self.now,
+            link=self.link,
+            has_pending=self.has_pending,
         )
 
 
