@@ -223,8 +223,10 @@ class WriteConnection:
         return self._connection.execute(sql, combined)
 
 
-_COMBINED: dict[tuple[int, ...], bytes] = {}
-"""Combined statements by the identity of their parts (few shapes: the hot paths' own)."""
+_COMBINED_LIMIT: Final = 256
+_COMBINED: dict[tuple[str | bytes | None, ...], bytes] = {}
+"""Combined statements by their parts' SQL (few shapes: the hot paths' own). A part's SQL is
+one long-lived object per compiled statement, so its hash is computed once."""
 
 
 def _with_ctes(
@@ -233,14 +235,15 @@ def _with_ctes(
     """One Postgres statement: the deferred writes as CTEs of ``carrier`` (or ``SELECT 1``).
 
     Each part's ``$n`` parameters are renumbered after the parts before it; the parameter
-    list is the parts' lists in the same order. Parts are compiled statements that live as
-    long as the process, so their ids key the cache.
+    list is the parts' lists in the same order.
     """
     parts = [compiled for compiled, _ in deferred]
-    key = (*(id(part) for part in parts), id(carrier))
+    key = (*(part.sql for part in parts), None if carrier is None else carrier.sql)
     sql = _COMBINED.get(key)
     if sql is None:
-        sql = _COMBINED[key] = _combine(parts, carrier)
+        sql = _combine(parts, carrier)
+        if len(_COMBINED) < _COMBINED_LIMIT:
+            _COMBINED[key] = sql
     combined: list[Any] = []
     for _, bound in deferred:
         combined.extend(bound)

@@ -340,3 +340,105 @@ def test_an_acknowledgement_settles_its_row_by_the_outbox_rules(
         "c-awaited": ("failed", "not on this plan", 50),
         "c-done": ("completed", None, 1),
     }
+
+
+_TITLE = ReadQuery(select(_S.c.title).where(_S.c.session_id == bindparam("sid")))
+_RETITLED = WriteStatement(
+    update(_S)
+    .where(_S.c.session_id == bindparam("sid"))
+    .values(title=bindparam("new_title"))
+    .returning(_S.c.session_id)
+)
+
+
+@pytest.mark.spec("STORE-3")
+def test_deferred_writes_are_seen_by_the_next_read_and_carried_by_a_statement_that_may(
+    migrated_db_url: str, sync_engine: Engine
+) -> None:
+    """A deferred write is done by the next statement: a read sees it; a statement that
+    carries it (Postgres: as CTEs of that one statement) runs both, and the commit sends
+    whatever is still deferred."""
+    for sid in ("s-1", "s-2", "s-3", "s-4"):
+        _add_session(sync_engine, sid)
+
+    def write(conn: WriteConnection) -> tuple[str, list[tuple[Any, ...]]]:
+        conn.defer(_RENAME, {"sid": "s-1", "new_title": "deferred one"})
+        read = conn.first(_TITLE, {"sid": "s-1"})
+        conn.defer(_RENAME, {"sid": "s-2", "new_title": "deferred two"})
+        conn.defer(_RENAME, {"sid": "s-3", "new_title": "deferred three"})
+        carried = conn.returned(
+            _RETITLED, {"sid": "s-4", "new_title": "carrier"}, carries_deferred=True
+        )
+        conn.defer(_RENAME, {"sid": "s-1", "new_title": "at the commit"})
+        return read.title, carried
+
+    seen, carried = _with_writes(migrated_db_url, lambda writes: writes.run(write))
+    assert seen == "deferred one"
+    assert carried == [("s-4",)]
+    assert _titles(sync_engine) == {
+        "s-1": "at the commit",
+        "s-2": "deferred two",
+        "s-3": "deferred three",
+        "s-4": "carrier",
+    }
+
+
+@pytest.mark.spec("STORE-3")
+def test_a_deferred_write_that_fails_rolls_the_transaction_back(
+    migrated_db_url: str, sync_engine: Engine
+) -> None:
+    _add_session(sync_engine, "s-1")
+    duplicate = WriteStatement(insert(_S).from_select(list(_S.c.keys()), select(_S)))
+
+    def write(conn: WriteConnection) -> None:
+        conn.defer(_RENAME, {"sid": "s-1", "new_title": "lost"})
+        conn.defer(duplicate)  # the same primary key again
+        conn.returned(_RETITLED, {"sid": "nobody", "new_title": "x"}, carries_deferred=True)
+
+    async def body(writes: DirectWrites) -> None:
+        with pytest.raises(Exception, match=r"(?i)unique|duplicate"):
+            await writes.run(write)
+
+    _with_writes(migrated_db_url, body)
+    assert _titles(sync_engine) == {"s-1": "title s-1"}
+
+
+@pytest.mark.spec("STORE-3", "HOST-TURN-1")
+def test_a_read_after_the_commit_sees_the_committed_write(
+    migrated_db_url: str, sync_engine: Engine
+) -> None:
+    """``run_then_read`` reads on the writer's connection once the write has committed."""
+    _add_session(sync_engine, "s-1")
+
+    def write(conn: WriteConnection) -> int:
+        return conn.execute(_RENAME, {"sid": "s-1", "new_title": "committed"})
+
+    result = _with_writes(
+        migrated_db_url,
+        lambda writes: writes.run_then_read(write, lambda read: read.first(_TITLE, {"sid": "s-1"})),
+    )
+    changed, row = result
+    assert changed == 1
+    assert row is not None
+    assert row.title == "committed"
+
+
+@pytest.mark.spec("STORE-3", "HOST-TURN-1")
+def test_a_failed_read_after_the_commit_keeps_the_write_and_reports_no_rows(
+    migrated_db_url: str, sync_engine: Engine, backend: str
+) -> None:
+    """The write has committed when its read fails: the caller gets ``None`` and reads again."""
+    _add_session(sync_engine, "s-1")
+    bad_sql = "SELECT no_such_column FROM sessions"
+
+    def write(conn: WriteConnection) -> int:
+        return conn.execute(_RENAME, {"sid": "s-1", "new_title": "committed"})
+
+    def failing_read(read: Any) -> Any:
+        return read._execute(bad_sql if backend == "sqlite" else bad_sql.encode(), [])
+
+    changed, row = _with_writes(
+        migrated_db_url, lambda writes: writes.run_then_read(write, failing_read)
+    )
+    assert (changed, row) == (1, None)
+    assert _titles(sync_engine) == {"s-1": "committed"}
