@@ -370,6 +370,7 @@ def test_deferred_writes_are_seen_by_the_next_read_and_carried_by_a_statement_th
             _RETITLED, {"sid": "s-4", "new_title": "carrier"}, carries_deferred=True
         )
         conn.defer(_RENAME, {"sid": "s-1", "new_title": "at the commit"})
+        assert read is not None
         return read.title, carried
 
     seen, carried = _with_writes(migrated_db_url, lambda writes: writes.run(write))
