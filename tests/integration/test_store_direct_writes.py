@@ -291,12 +291,13 @@ async def _on_orm_transaction(
 
 
 @pytest.mark.spec("HOST-RT-5", "HOST-SES-6")
-@pytest.mark.parametrize("path", ["direct", "orm_transaction"])
+@pytest.mark.parametrize("path", ["direct", "orm_transaction", "one_transaction"])
 def test_an_acknowledgement_settles_its_row_by_the_outbox_rules(
     migrated_db_url: str, sync_engine: Engine, path: str
 ) -> None:
     """The same write function gives the same rows on the writer thread and in an ORM
-    transaction (``TransactionWriteConnection``): one implementation serves both."""
+    transaction (``TransactionWriteConnection``): one implementation serves both; and so
+    do a link's acknowledgements applied in one transaction (``runtime.ack_batches``)."""
     _add_session(sync_engine, "s-1")
     _add_command(sync_engine, "c-accepted", "start_turn")
     _add_command(sync_engine, "c-failed", "start_turn")
@@ -320,6 +321,8 @@ def test_an_acknowledgement_settles_its_row_by_the_outbox_rules(
     async def body(writes: DirectWrites) -> list[command_acks.AckOutcome]:
         if path == "direct":
             return [await writes.run(acknowledge(*ack)) for ack in acks]
+        if path == "one_transaction":  # a link's acknowledgements applied together
+            return await writes.run(lambda conn: [acknowledge(*ack)(conn) for ack in acks])
         return [
             await _on_orm_transaction(writes, migrated_db_url, acknowledge(*ack)) for ack in acks
         ]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from sqlalchemy.exc import DataError, IntegrityError
 
@@ -283,10 +283,18 @@ async def _confirm_dead(repos: HostTransaction, session: SessionRow, now: int) -
 
 async def apply_ack(ctx: HostContext, handle: RuntimeLinkHandle, ack: CommandAck) -> None:
     """Record a command acknowledgement and wake whoever awaits it (here or elsewhere)."""
-    outcome = await command_outbox.record_ack(ctx, ack)
-    handle.resolve_ack(ack)
-    if ctx.command_wakeups is not None and outcome.found:
-        await ctx.command_wakeups.acknowledged(ack, outcome.kind)
+    await apply_acks(ctx, handle, [ack])
+
+
+async def apply_acks(
+    ctx: HostContext, handle: RuntimeLinkHandle, acks: Sequence[CommandAck]
+) -> None:
+    """Record acknowledgements in one transaction, in order, then wake whoever awaits them."""
+    outcomes = await command_outbox.record_acks(ctx, acks)
+    for ack, outcome in zip(acks, outcomes, strict=True):
+        handle.resolve_ack(ack)
+        if ctx.command_wakeups is not None and outcome.found:
+            await ctx.command_wakeups.acknowledged(ack, outcome.kind)
 
 
 # ------------------------------------------------------------------------- reports

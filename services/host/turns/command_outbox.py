@@ -466,16 +466,39 @@ async def record_ack(ctx: HostContext, ack: CommandAck) -> command_acks.AckOutco
         domainerrors.Unavailable, domainerrors.Aborted: the store was busy or aborted the
             transaction; nothing committed.
     """
-    now = ctx.clock()
-    detail = ack.reason or ack.message or None
-    outcome = await ctx.write(
-        lambda conn: command_acks.record_ack(conn, ack.command_id, ack.status, detail, now)
-    )
-    if not outcome.found:
-        _log.info("acknowledgement for unknown command %s", ack.command_id)
-    elif outcome.applied and outcome.state == "failed":
-        _log.info("runtime rejected command %s: %s", ack.command_id, outcome.error)
+    (outcome,) = await record_acks(ctx, [ack])
     return outcome
+
+
+async def record_acks(
+    ctx: HostContext, acks: Sequence[CommandAck]
+) -> list[command_acks.AckOutcome]:
+    """:func:`record_ack` for several acknowledgements, in order, in one transaction.
+
+    Each is recorded exactly as alone (a later one sees the earlier ones' changes); the
+    transaction commits all of them or none.
+
+    Raises:
+        domainerrors.Unavailable, domainerrors.Aborted: as :func:`record_ack`; nothing
+            committed.
+    """
+    now = ctx.clock()
+
+    def record_all(conn: WriteConnection) -> list[command_acks.AckOutcome]:
+        return [
+            command_acks.record_ack(
+                conn, ack.command_id, ack.status, ack.reason or ack.message or None, now
+            )
+            for ack in acks
+        ]
+
+    outcomes = await ctx.write(record_all)
+    for ack, outcome in zip(acks, outcomes, strict=True):
+        if not outcome.found:
+            _log.info("acknowledgement for unknown command %s", ack.command_id)
+        elif outcome.applied and outcome.state == "failed":
+            _log.info("runtime rejected command %s: %s", ack.command_id, outcome.error)
+    return outcomes
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from domainerrors import Aborted, FailedPrecondition, Unavailable
 from grpcserver.auth import current_principal
 from services.host.context import HostContext
 from services.host.runtime import link
+from services.host.runtime.ack_batches import AckBatches
 from services.host.runtime.registry import RuntimeLinkHandle
 from services.host.runtime.reports import ItemResult, ReportVerdict
 from services.host.wire.activity_codec import delta_from_proto
@@ -106,17 +107,22 @@ class RuntimeLinkRpcs:
         out: asyncio.Queue[Outgoing],
         unsettled: set[tuple[str, str]],
     ) -> None:
+        # Acknowledgements apply in order while the next frames are read; a report or
+        # deltas first wait for the acknowledgements before them (runtime.ack_batches).
+        acks = AckBatches(self.ctx, handle, out.put_nowait)
         try:
             async for frame in request_iterator:
                 kind = frame.WhichOneof("frame")
+                if kind == "command_ack":
+                    acks.add(ack_from_proto(frame.command_ack))
+                    continue
+                await acks.settled()
                 if kind == "report":
                     unsettled.discard((frame.report.workspace_id, frame.report.session_id))
                     verdict = await self._report(handle, frame.report)
                     out.put_nowait(
                         runtime_pb2.RuntimeLinkResponse(report_result=verdict_to_proto(verdict))
                     )
-                elif kind == "command_ack":
-                    await link.apply_ack(self.ctx, handle, ack_from_proto(frame.command_ack))
                 elif kind == "deltas":
                     # HOST-RT-2: checked and published to the live lane right here, before
                     # the next frame (a later report) is read, so no commit overtakes them.
@@ -130,11 +136,14 @@ class RuntimeLinkRpcs:
                     raise FailedPrecondition(
                         "hello may be sent only once", reason="RUNTIME_HELLO_REPEATED"
                     )
+            await acks.settled()
             out.put_nowait(_StreamEnd())
         except asyncio.CancelledError:
             raise
         except Exception as error:  # noqa: BLE001 - handed to the stream, mapped there
             out.put_nowait(error)
+        finally:
+            await acks.close()
 
     async def _report(
         self, handle: RuntimeLinkHandle, report: runtime_pb2.RuntimeReport
