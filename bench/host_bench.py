@@ -112,6 +112,32 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_cpu_seconds() -> float:
+    """Busy CPU time of the whole machine so far, all cores (``/proc/stat``, no idle/iowait).
+
+    Every process of a series — client, server, database — runs on the same cores, so on a
+    saturated machine throughput is about the cores over this per call.
+    """
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def postgres_cpu_seconds() -> float:
+    """CPU time of every process named ``postgres`` so far (the server and its backends)."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # exited meanwhile
+            continue
+        name, _, rest = text.partition(" (")[2].rpartition(")")
+        if name == "postgres":
+            fields = rest.split()
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class ServerProcess:
     """A server subprocess that wrote its port to a file once it was serving."""
@@ -346,6 +372,10 @@ class Series:
     errors: dict[str, int] = field(default_factory=dict)
     """Failed calls by status code (or exception type); they count in no latency."""
     server_cpu_s: float | None = None
+    machine_cpu_s: float = 0.0
+    """Busy CPU of the whole machine over the series (:func:`machine_cpu_seconds`)."""
+    database_cpu_s: float = 0.0
+    """CPU of the Postgres server's processes over the series (0 on SQLite)."""
 
     def summary(self, name: str) -> Summary:
         """The shared summary of this series."""
@@ -500,6 +530,8 @@ async def interleaved(
     count: int,
     warmup: int,
     concurrency: int,
+    *,
+    postgres: bool = False,
 ) -> list[Series]:
     """Measure ``count`` calls of each contender, alternating in ``ROUNDS`` chunks.
 
@@ -516,7 +548,12 @@ async def interleaved(
         size = min(chunk, count - round_index * chunk)
         for (call, server), total in zip(contenders, merged, strict=True):
             before = server.cpu() if server is not None else 0.0
+            machine_before = machine_cpu_seconds()
+            database_before = postgres_cpu_seconds() if postgres else 0.0
             series = await _drive_contender(call, size, concurrency, first=first)
+            total.machine_cpu_s += machine_cpu_seconds() - machine_before
+            if postgres:
+                total.database_cpu_s += postgres_cpu_seconds() - database_before
             total.latencies_ms += series.latencies_ms
             total.elapsed_s += series.elapsed_s
             for code, failed in series.errors.items():
@@ -943,6 +980,7 @@ class BackendRun:
             self.requests,
             self.warmup,
             concurrency,
+            postgres=self.backend == "postgres",
         )
         comparison = Comparison(
             rpc=rpc,
@@ -956,6 +994,15 @@ class BackendRun:
             request_bytes=sizes[0],
             response_bytes=sizes[1],
         )
+        comparison.extra["machine_cpu_ms_per_request"] = {
+            name: round(series.machine_cpu_s * 1000 / max(1, len(series.latencies_ms)), 3)
+            for name, series in (("host", host), ("echo", echo), ("storage", storage))
+        }
+        if self.backend == "postgres":
+            comparison.extra["database_cpu_ms_per_request"] = {
+                name: round(series.database_cpu_s * 1000 / max(1, len(series.latencies_ms)), 3)
+                for name, series in (("host", host), ("storage", storage))
+            }
         errors = {
             name: series.errors
             for name, series in (("host", host), ("echo", echo), ("storage", storage))
@@ -1033,8 +1080,9 @@ def table(backend: str, results: list[Comparison]) -> str:
     lines = [
         f"{backend}:",
         "| RPC | conc | host req/s | host p50 / p99 ms | echo req/s | storage req/s "
-        "| x echo | x storage | host CPU ms/req |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| x echo | x storage | host CPU ms/req | machine CPU ms/req host / echo "
+        "| database CPU ms/req |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for result in results:
         host, echo, storage = result.host, result.echo, result.storage
@@ -1045,9 +1093,20 @@ def table(backend: str, results: list[Comparison]) -> str:
             f"| {host.p50_ms:.2f} / {host.p99_ms:.2f} | {echo.throughput_per_s:.0f} "
             f"| {storage.throughput_per_s:.0f} | {result.throughput_ratio(echo):.2f} "
             f"| {result.throughput_ratio(storage):.2f} "
-            f"| {result.host_cpu_ms_per_request or 0:.2f} |"
+            f"| {result.host_cpu_ms_per_request or 0:.2f} "
+            f"| {_machine(result)} | {_database(result)} |"
         )
     return "\n".join(lines)
+
+
+def _machine(result: Comparison) -> str:
+    machine = result.extra.get("machine_cpu_ms_per_request", {})
+    return f"{machine.get('host', 0):.2f} / {machine.get('echo', 0):.2f}"
+
+
+def _database(result: Comparison) -> str:
+    database = result.extra.get("database_cpu_ms_per_request")
+    return "—" if database is None else f"{database['host']:.2f}"
 
 
 def verdicts(results: list[Comparison]) -> dict[str, dict[str, Any]]:
