@@ -12,9 +12,10 @@ Two transactions (``--transactions``):
   Host writes (not Host's code): the Session read under its lock, the replay check, the
   agent-target read, the Turn insert, the Session update, the user message insert, the
   Session's pending commands read under lock, the dispatched command insert, the cursor-state
-  read, the workspace head and two ``activity_events`` inserts with ``RETURNING`` (Postgres:
-  under the append's advisory lock) — twelve statements, each call on its own seeded
-  Session. It measures what the submit would cost on each stack before Host's submit moves.
+  read, and the two events appended by Host's own append (``activity_events.append_events``:
+  the workspace head row bumped, the rows inserted with their sequence) — each call on its
+  own seeded Session. It measured what the submit would cost on each stack before Host's
+  submit moved (ADR 0034); Host's submit now also folds its statements (ADR 0045).
 
 Every transaction runs ``--calls`` calls at concurrency 32 from one event loop, **each
 stack in its own process** (this module started with ``--worker``), on the same migrated
@@ -27,7 +28,7 @@ Stacks:
 * ``orm`` — the ORM ``AsyncSession`` through ``store.transactions.TransactionRunner``
   (SQLite: aiosqlite, one thread hop per statement and for ``BEGIN``/``COMMIT``; Postgres:
   psycopg's async connection), rows loaded, added and deleted through the unit of work: for
-  ``ack`` the path before ADR 0034, for ``submit`` the path Host's submit takes today;
+  ``ack`` the path before ADR 0034, for ``submit`` the path Host's submit took before it;
 * ``core`` (``ack`` only) — the same statements as SQLAlchemy Core on an ``AsyncConnection``;
 * ``direct`` — ``store.direct_writes.DirectWrites``: the transaction as one synchronous
   function on a writer thread, one hop per transaction (for ``ack`` Host's path now,
@@ -55,11 +56,16 @@ from pathlib import Path
 from typing import Any, cast
 
 import psycopg
-from sqlalchemy import Table, bindparam, create_engine, delete, func, insert, select, update
+from sqlalchemy import Table, bindparam, create_engine, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from bench.host_bench import cpu_seconds, database
 from bench.storage_stack_bench import SESSION, WORKSPACE, seed
+from services.host.repository.activity_events import (
+    EventLogRepository,
+    NewEventRow,
+    append_events,
+)
 from store.engine import create_async_engine_for
 from store.models import ActivityEvent, AgentTarget, Message, RuntimeCommandOutbox, Session, Turn
 
@@ -257,8 +263,6 @@ async def psycopg_stack(url: str) -> Stack:
 
 # ------------------------------------------------------------------ the submit model
 
-_APPEND_LOCK = 0x7475_7474_6965_7631  # activity_events.EVENT_APPEND_LOCK
-
 
 def _submit_values(session_id: str, now: int) -> dict[str, Any]:
     turn_id = f"turn-{session_id}"
@@ -319,6 +323,10 @@ def _submit_values(session_id: str, now: int) -> dict[str, Any]:
     }
 
 
+def _event_rows(values: dict[str, Any]) -> list[NewEventRow]:
+    return [NewEventRow(**event) for event in values["events"]]
+
+
 _KEY = (_S.c.workspace_id == bindparam("ws"), _S.c.session_id == bindparam("sid"))
 _LOCK_SESSION = select(_S).where(*_KEY).with_for_update()
 _REPLAY = select(_M.c.message_id).where(
@@ -340,7 +348,6 @@ _PENDING = (
     .with_for_update()
 )
 _CURSOR = select(_S.c.active_turn_id, _S.c.message_version).where(*_KEY)
-_HEAD = select(func.max(_E.c.id).label("head")).where(_E.c.workspace_id == bindparam("ws"))
 _SET_ACTIVE = (
     update(_S)
     .where(*_KEY)
@@ -355,15 +362,11 @@ _SET_ACTIVE = (
 
 async def orm_submit_stack(url: str) -> Stack:
     """The submit's rows through the ORM unit of work, as Host writes them today."""
-    from sqlalchemy import text
-
     from store.transactions import TransactionRunner
 
     engine = create_async_engine_for(url)
     runner = TransactionRunner(engine, scope=lambda session, _uow: session)
-    postgres = engine.dialect.name == "postgresql"
     lock_orm = select(Session).where(*_KEY).with_for_update()
-    insert_events = insert(_E).returning(_E.c.id, sort_by_parameter_order=True)
 
     async def submit(session_id: str) -> None:
         values = _submit_values(session_id, 2)
@@ -385,11 +388,8 @@ async def orm_submit_stack(url: str) -> Stack:
             db.add(RuntimeCommandOutbox(**values["command"]))
             await db.flush()
             (await db.execute(_CURSOR, key)).one()
-            if postgres:
-                await db.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _APPEND_LOCK})
-            (await db.execute(_HEAD, {"ws": WORKSPACE})).scalar_one_or_none()
-            ids = (await db.execute(insert_events, values["events"])).scalars().all()
-            assert len(ids) == 2
+            appended = await EventLogRepository(db).append(_event_rows(values))
+            assert len(appended[WORKSPACE].ids) == 2
 
         await runner.run(command)
 
@@ -403,9 +403,8 @@ async def direct_submit_stack(url: str) -> Stack:
 
     engine = create_async_engine_for(url)
     writes = DirectWrites(url, engine)
-    postgres = engine.dialect.name == "postgresql"
     lock_session, replay, target = ReadQuery(_LOCK_SESSION), ReadQuery(_REPLAY), ReadQuery(_TARGET)
-    pending, cursor, head = ReadQuery(_PENDING), ReadQuery(_CURSOR), ReadQuery(_HEAD)
+    pending, cursor = ReadQuery(_PENDING), ReadQuery(_CURSOR)
     set_active = WriteStatement(_SET_ACTIVE)
     shape = _submit_values("-", 0)
 
@@ -416,8 +415,6 @@ async def direct_submit_stack(url: str) -> Stack:
     add_turn = WriteStatement(add(_T, shape["turn"]))
     add_message = WriteStatement(add(_M, shape["message"]))
     add_command = WriteStatement(add(_C, shape["command"]))
-    add_event = WriteStatement(add(_E, shape["events"][0]).returning(_E.c.id))
-    lock_appends = ReadQuery(select(func.pg_advisory_xact_lock(bindparam("k")).label("locked")))
 
     def transaction(conn: WriteConnection, session_id: str) -> None:
         values = _submit_values(session_id, 2)
@@ -442,11 +439,8 @@ async def direct_submit_stack(url: str) -> Stack:
         conn.first(pending, key)
         conn.execute(add_command, values["command"])
         conn.first(cursor, key)
-        if postgres:
-            conn.first(lock_appends, {"k": _APPEND_LOCK})
-        conn.first(head, {"ws": WORKSPACE})
-        for event in values["events"]:
-            assert conn.returned(add_event, event)
+        appended = append_events(conn, _event_rows(values))
+        assert len(appended[WORKSPACE].ids) == 2
 
     async def submit(session_id: str) -> None:
         await writes.run(lambda conn: transaction(conn, session_id))
@@ -523,10 +517,14 @@ def measure(transaction: str, stack: str, url: str, prefix: str, calls: int) -> 
             "--calls",
             str(calls),
         ],
-        check=True,
         capture_output=True,
         text=True,
     )
+    if out.returncode != 0:
+        raise RuntimeError(
+            f"the {stack} worker for {transaction} exited with {out.returncode}:\n"
+            + "\n".join(out.stderr.strip().splitlines()[-15:])
+        )
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
