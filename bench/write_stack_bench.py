@@ -550,7 +550,7 @@ def main() -> None:
         "command": " ".join([sys.executable, "-m", "bench.write_stack_bench", *sys.argv[1:]]),
         "transactions": {
             "ack": "command acknowledgement (locked read, delete, bounded prune)",
-            "submit": "model of a SendInput new_turn submit's rows (twelve statements)",
+            "submit": "model of a SendInput new_turn submit's rows, events by Host's append",
         },
         "calls": args.calls,
         "rounds": args.rounds,

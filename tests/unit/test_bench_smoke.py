@@ -130,3 +130,22 @@ def test_maintenance_bench_tiny_run_writes_every_figure(
     for key in ("purge_p99", "idle_p99", "p99_ratio"):
         assert pause["send_input_ms"][key] > 0
     assert set(result["targets_met"]["sqlite"]) == {"purge", "pause"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transaction", ["ack", "submit"])
+def test_write_stack_bench_every_sqlite_stack_runs_its_transaction(
+    tmp_path: Path, transaction: str
+) -> None:
+    """Each stack's worker commits its transaction against today's schema (a model that drifts
+    from the schema fails here, not in the next recorded run)."""
+    from bench import write_stack_bench
+    from bench.host_bench import database
+    from bench.storage_stack_bench import seed
+
+    with database("sqlite", tmp_path) as url:
+        seed(url)
+        for stack in write_stack_bench.STACKS[(transaction, "sqlite")]:
+            figures = write_stack_bench.measure(transaction, stack, url, f"smoke-{stack}", 8)
+            assert figures["throughput_per_s"] > 0, stack
+            assert figures["cpu_ms_per_call"] >= 0, stack
