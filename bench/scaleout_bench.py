@@ -411,8 +411,12 @@ class SubmitPhase:
             timeout=900,
         )
         cpu, busy = cpu_delta(before, cpu_of(pids)), machine_busy(ticks, machine_ticks())
-        commands_after = self.runtimes.call("commands")
         result = series_summary(reply, f"submit {config}")
+        commands_after = self.runtimes.call(
+            "await_commands",
+            baseline={name: commands_before[name] for name in self.configs[config]},
+            total=result["calls"],
+        )
         result["machine_cpu_busy"] = busy
         host_cpu = sum(cpu[name] for name in self.configs[config])
         result["host_cpu_ms_per_call"] = host_cpu * 1000 / result["calls"]

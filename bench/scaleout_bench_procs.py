@@ -198,6 +198,24 @@ class RuntimeFleet:
         """Commands each link has received (and acknowledged) so far."""
         return {name: runtime.commands for name, runtime in self._runtimes.items()}
 
+    async def cmd_await_commands(self, baseline: dict[str, int], total: int) -> dict[str, int]:
+        """Wait until the links named in ``baseline`` received ``total`` more commands in all.
+
+        A command reaches its runtime after the commit that answers ``SendInput``, so the
+        count read right after the last reply can be one short. Gives up after
+        ``COMMAND_WAIT_SECONDS`` and returns what arrived (the caller records the shortfall).
+
+        Returns:
+            Commands each named link has received so far.
+        """
+        deadline = time.monotonic() + COMMAND_WAIT_SECONDS
+        while True:
+            counts = {name: self._runtimes[name].commands for name in baseline}
+            arrived = sum(counts[name] - baseline[name] for name in baseline)
+            if arrived >= total or time.monotonic() > deadline:
+                return counts
+            await asyncio.sleep(0.01)
+
     async def cmd_open_turn(self, key: str, name: str, workspace: str, session_id: str) -> str:
         """A running Turn of a new Session of ``workspace`` on link ``name``'s Host.
 
