@@ -276,3 +276,33 @@ def test_activation_holds_the_sessions_mutation_lane_until_the_ack(
     assert activated.detail.session.title == "title of s1"
     assert rename.result(timeout=10).session.title == "later"
     runtime.close()
+
+
+@pytest.mark.spec("HOST-SES-9", "HOST-LANE-1", "HOST-RT-5")
+def test_a_report_sent_before_the_ack_applies_and_the_activation_completes(
+    migrated_db_url: str,
+    live_server: Callable[..., LiveServer],
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> None:
+    # A runtime reports on the Session (say, its running Turn) before it acknowledges the
+    # resume. Host applies a link's frames in order, so that report must apply while the
+    # activation waits in the Session's lane; it used to wait for the lane, and the activation
+    # for the ack behind it, until the timeout (UNAVAILABLE RESUME_NOT_ACKNOWLEDGED).
+    host = start_host(live_server, migrated_db_url, runtime_command_timeout_seconds=5)
+    runtime = host.runtime()
+    pending = pool.submit(activate, host, "act-1")
+    command = runtime.next_command()
+    assert command.WhichOneof("command") == "resume_session"
+    started = time.monotonic()
+    runtime.send_report(
+        WS,
+        "s1",
+        "resume-ref",
+        runtime_pb2.ReportItem(session_patch=runtime_pb2.SessionPatch(provider_session_ref="p-9")),
+    )
+    runtime.ack(command.command_id, ACCEPTED)
+    activated = pending.result(timeout=10)
+    assert time.monotonic() - started < 4  # not the timeout
+    assert runtime.result("resume-ref").outcome == runtime_pb2.REPORT_OUTCOME_APPLIED
+    assert not activated.replayed
+    runtime.close()

@@ -6,6 +6,7 @@ A real host and a scripted runtime, both backends: ``UpdateSessionSettings`` per
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -132,3 +133,33 @@ def test_without_live_settings_the_runtime_is_not_asked(
     # With no runtime serving the target the settings apply at the next start.
     detached = _update(host, model="fast")
     assert detached.runtime_application.status == host_pb2.RUNTIME_SETTINGS_STATUS_NOT_ATTACHED
+
+
+@pytest.mark.spec("HOST-SES-6", "HOST-LANE-1", "HOST-RT-5")
+def test_a_report_sent_before_the_ack_applies_and_the_settings_are_applied(
+    migrated_db_url: str, live_server: Callable[..., LiveServer]
+) -> None:
+    # The runtime reports on the Session before it acknowledges the settings: the report
+    # applies while the update waits in the Session's lane (it used to wait for the lane, and
+    # the update for the ack behind it, until the timeout).
+    host, server = _host(live_server, migrated_db_url, runtime_command_timeout_seconds=5)
+    runtime = ScriptedRuntime(server.channel, providers=("demo-provider",))
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(_update, host, model="plain")
+        command = runtime.next_command()
+        assert command.WhichOneof("command") == "apply_settings"
+        started = time.monotonic()
+        runtime.send_report(
+            "ws-1",
+            "s-1",
+            "before-ack",
+            runtime_pb2.ReportItem(
+                session_patch=runtime_pb2.SessionPatch(provider_session_ref="p-1")
+            ),
+        )
+        runtime.ack(command.command_id)
+        applied = pending.result(timeout=10)
+    assert time.monotonic() - started < 4  # not the timeout
+    assert runtime.result("before-ack").outcome == runtime_pb2.REPORT_OUTCOME_APPLIED
+    assert applied.runtime_application.status == host_pb2.RUNTIME_SETTINGS_STATUS_APPLIED
+    runtime.close()

@@ -263,14 +263,18 @@ async def _race(
             )
         )
         ctx.runtimes.attach(link)
-        applying = asyncio.create_task(
-            LinkedRuntimeSettings(ctx).apply_settings(
-                "ws-1",
-                "s-1",
-                SessionSettingsValue(model="plain"),
-                Capabilities(live_settings=True),
-            )
-        )
+
+        async def apply_in_lane() -> RuntimeSettingsOutcome:
+            # As UpdateSessionSettings calls it: in the Session's lane.
+            async with ctx.lanes.hold("ws-1", "s-1"):
+                return await LinkedRuntimeSettings(ctx).apply_settings(
+                    "ws-1",
+                    "s-1",
+                    SessionSettingsValue(model="plain"),
+                    Capabilities(live_settings=True),
+                )
+
+        applying = asyncio.create_task(apply_in_lane())
         command = await asyncio.wait_for(link.outbound.get(), 10)
         assert command is not None
         assert command.kind == "apply_settings"

@@ -96,6 +96,13 @@ class ScriptedRuntime:
         self, workspace_id: str, session_id: str, report_id: str, *items: runtime_pb2.ReportItem
     ) -> runtime_pb2.ReportResult:
         """Send a report and wait for Host's verdict."""
+        self.send_report(workspace_id, session_id, report_id, *items)
+        return self.result(report_id)
+
+    def send_report(
+        self, workspace_id: str, session_id: str, report_id: str, *items: runtime_pb2.ReportItem
+    ) -> None:
+        """Send a report without waiting for Host's verdict (:meth:`result` reads it)."""
         self.send(
             runtime_pb2.RuntimeLinkRequest(
                 report=runtime_pb2.RuntimeReport(
@@ -106,6 +113,9 @@ class ScriptedRuntime:
                 )
             )
         )
+
+    def result(self, report_id: str) -> runtime_pb2.ReportResult:
+        """Wait (up to 10 s) for Host's verdict on the report ``report_id``."""
         with self._results_ready:
             done = self._results_ready.wait_for(lambda: report_id in self._results, timeout=10)
         assert done, f"no ReportResult for {report_id} (error: {self.error})"

@@ -337,7 +337,7 @@ async def apply_report(
         return _invalid_values(report)
     progress = _Progress()
     try:
-        async with ctx.lanes.hold(report.workspace_id, report.session_id):
+        async with ctx.lanes.hold_for_report(report.workspace_id, report.session_id):
             return await ctx.transact(lambda repos: _apply(ctx, repos, report, progress))
     except _Refused as refused:
         return refused.verdict

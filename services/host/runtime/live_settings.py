@@ -90,7 +90,10 @@ class LinkedRuntimeSettings:
             return RuntimeSettingsOutcome(sent)
         command_id = sent.command_id
         timeout = ctx.runtime_command_timeout_seconds
-        waited = await sent.ack.wait(timeout)
+        # Called in the Session's lane; the runtime may report on the Session before it
+        # acknowledges, so the lane is lent to reports while Host waits (HOST-LANE-1).
+        async with ctx.lanes.lend_to_reports(workspace_id, session_id):
+            waited = await sent.ack.wait(timeout)
         verdict = waited.verdict
         if waited.accepted:
             return RuntimeSettingsOutcome("applied")

@@ -116,14 +116,18 @@ async def activate_session(
     async with ctx.lanes.hold(workspace_id, session_id):
         sent = await ctx.transact(enqueue)
         if sent is not None:
-            await _await_acceptance(ctx, sent)
+            await _await_acceptance(ctx, workspace_id, session_id, sent)
             await _record(ctx, workspace_id, session_id, activation_id, sent.command_id)
         detail = await get_session(ctx, workspace_id, session_id)
     return Activation(detail, replayed=sent is None)
 
 
-async def _await_acceptance(ctx: HostContext, sent: _Sent) -> None:
+async def _await_acceptance(
+    ctx: HostContext, workspace_id: str, session_id: str, sent: _Sent
+) -> None:
     """Wait for the runtime's verdict; anything but an acceptance raises.
+
+    Reports of the Session may apply while Host waits (the lane is lent to them).
 
     Raises:
         FailedPrecondition: ``RESUME_REJECTED``.
@@ -132,7 +136,9 @@ async def _await_acceptance(ctx: HostContext, sent: _Sent) -> None:
     """
     command_id = sent.command_id
     timeout = ctx.runtime_command_timeout_seconds
-    waited = await sent.ack.wait(timeout)
+    # The runtime may report on the Session before it acknowledges: lend it the lane.
+    async with ctx.lanes.lend_to_reports(workspace_id, session_id):
+        waited = await sent.ack.wait(timeout)
     verdict = waited.verdict
     if waited.accepted:
         return
