@@ -1,7 +1,7 @@
 """SendInput latency while a retention purge runs, beside the same load idle (issue #15).
 
 Run: ``.venv/bin/python -m bench.purge_interference_bench [--backends sqlite,postgres]
-[--rate 10] [--idle-submits 200] [--rounds 3]``
+[--rate 10] [--idle-submits 200] [--rounds 3] [--trees 2000]``
 
 On each backend (a temporary SQLite file; a scratch Postgres database, dropped after) the
 database is seeded with ``deletion_bench``'s purge set — 2,000 restorable tombstone trees of
@@ -39,7 +39,7 @@ from typing import Any
 import grpc
 
 from agentactivity.host.v1 import host_pb2, host_pb2_grpc
-from bench.deletion_bench import seed_purge_trees
+from bench.deletion_bench import PURGE_TREES, seed_purge_trees
 from bench.host_bench import (
     BenchRuntime,
     create_sessions,
@@ -134,9 +134,11 @@ def _phase(latencies: list[float]) -> dict[str, float]:
     }
 
 
-async def run_backend(url: str, tmp: Path, rate: float, idle_submits: int) -> dict[str, Any]:
+async def run_backend(
+    url: str, tmp: Path, rate: float, idle_submits: int, trees: int = PURGE_TREES
+) -> dict[str, Any]:
     """The three phases on one backend, once; the raw latencies under ``"raw"``."""
-    seeded = seed_purge_trees(url)
+    seeded = seed_purge_trees(url, trees)
     host = start_host(tmp, url)
     try:
         async with grpc.aio.insecure_channel(host.address) as channel:
@@ -212,6 +214,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=10.0, help="submits per second")
     parser.add_argument("--idle-submits", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3, help="fresh database per round")
+    parser.add_argument(
+        "--trees", type=int, default=PURGE_TREES, help="purge set size (trees of 105 rows)"
+    )
     args = parser.parse_args()
     results: dict[str, Any] = {}
     for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
@@ -219,7 +224,9 @@ def main() -> None:
         for _ in range(args.rounds):
             with tempfile.TemporaryDirectory() as tmp, database(backend, Path(tmp)) as url:
                 rounds.append(
-                    asyncio.run(run_backend(url, Path(tmp), args.rate, args.idle_submits))
+                    asyncio.run(
+                        run_backend(url, Path(tmp), args.rate, args.idle_submits, args.trees)
+                    )
                 )
         outcome = _pooled(rounds)
         results[backend] = outcome
@@ -241,6 +248,7 @@ def main() -> None:
             "rate_per_s": args.rate,
             "idle_submits": args.idle_submits,
             "rounds": args.rounds,
+            "trees": args.trees,
             "baseline": "the same open-loop SendInput traffic with no purge running (idle phases)",
             "backends": results,
         },

@@ -8,6 +8,7 @@ under ``bench/results/`` together with the command that produced it.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import sys
@@ -16,7 +17,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(os.environ.get("TUTTI_BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
+"""Where result files go: ``bench/results/`` unless ``TUTTI_BENCH_RESULTS`` names another
+directory (the benchmarks' smoke tests write to a temporary one)."""
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,7 @@ import psycopg
 from sqlalchemy import Table, bindparam, create_engine, insert, select, update
 
 from bench.host_bench import cpu_seconds, database
+from bench.stats import write_results
 from store.engine import create_async_engine_for
 from store.models import Interaction, Session, Turn
 from store.read_unions import ReadUnion, UnionPart
@@ -69,7 +70,6 @@ STACKS = {
     "sqlite": ("host", "core", "core-thread", "sqlite3-thread"),
     "postgres": ("host", "core", "core-thread", "psycopg", "psycopg-thread", "psycopg-union"),
 }
-RESULTS = Path(__file__).parent / "results" / "storage_stack_bench.json"
 
 _S = cast(Table, Session.__table__)
 _T = cast(Table, Turn.__table__)
@@ -579,9 +579,7 @@ def main() -> None:
                     f"{figures['ratio_to_host']:.2f} x host"
                 )
             report["backends"][backend] = {"medians": medians, "samples": samples}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-    print(f"wrote {RESULTS}")
+    print(f"wrote {write_results('storage_stack_bench', report)}")
 
 
 if __name__ == "__main__":

@@ -60,6 +60,7 @@ from sqlalchemy import Table, bindparam, create_engine, delete, insert, select, 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from bench.host_bench import cpu_seconds, database
+from bench.stats import write_results
 from bench.storage_stack_bench import SESSION, WORKSPACE, seed
 from services.host.repository.activity_events import (
     EventLogRepository,
@@ -78,7 +79,6 @@ STACKS = {
     ("submit", "sqlite"): ("orm", "direct"),
     ("submit", "postgres"): ("orm", "direct"),
 }
-RESULTS = Path(__file__).parent / "results" / "write_stack_bench.json"
 
 _C = cast(Table, RuntimeCommandOutbox.__table__)
 _S = cast(Table, Session.__table__)
@@ -597,9 +597,7 @@ def main() -> None:
                     "medians": medians,
                     "samples": samples,
                 }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-    print(f"wrote {RESULTS}")
+    print(f"wrote {write_results('write_stack_bench', report)}")
 
 
 if __name__ == "__main__":
