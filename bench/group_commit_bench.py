@@ -261,7 +261,7 @@ def main() -> None:
             )
         store = measure_store(tmp, args.store_writers, args.store_writes, args.store_rounds)
     base = results[BASELINE]
-    ratios: dict[str, dict[str, float]] = {}
+    ratios: dict[str, dict[str, float | None]] = {}
     for name in SIDES:
         side = results[name]
         summary = side["summary"]
@@ -269,14 +269,22 @@ def main() -> None:
             "throughput": summary["throughput_per_s"] / base["summary"]["throughput_per_s"],
             "p50": summary["p50_ms"] / base["summary"]["p50_ms"],
             "p99": summary["p99_ms"] / base["summary"]["p99_ms"],
-            "cpu": side["host_cpu_ms_per_call"] / base["host_cpu_ms_per_call"],
+            # Process CPU comes in clock ticks (10 ms): a short series can measure none.
+            "cpu": (
+                side["host_cpu_ms_per_call"] / base["host_cpu_ms_per_call"]
+                if base["host_cpu_ms_per_call"]
+                else None
+            ),
         }
         print(
             f"{name:>10}: {summary['throughput_per_s']:7.1f} req/s "
             f"p50 {summary['p50_ms']:7.1f} ms p99 {summary['p99_ms']:7.1f} ms "
             f"host CPU {side['host_cpu_ms_per_call']:5.2f} ms/call "
             f"errors {side['errors'] or 'none'} | x {BASELINE}: "
-            + ", ".join(f"{key} {value:.2f}" for key, value in ratios[name].items())
+            + ", ".join(
+                f"{key} {'n/a' if value is None else f'{value:.2f}'}"
+                for key, value in ratios[name].items()
+            )
         )
     store_base = store[BASELINE]["commits_per_s"]
     print(f"store part: {args.store_writers} writers x {args.store_writes} commits, medians")
@@ -300,7 +308,9 @@ def main() -> None:
                 "sides": store,
             },
             "ratios_to_baseline": {
-                name: {key: round(value, 3) for key, value in side.items()}
+                name: {
+                    key: None if value is None else round(value, 3) for key, value in side.items()
+                }
                 for name, side in ratios.items()
             },
         },
