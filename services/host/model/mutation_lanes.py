@@ -125,6 +125,8 @@ class MutationLanes:
     def _grant(self, lane: _Lane) -> None:
         """Let the next waiter in: the head when the lane is free, a report on a loan."""
         # A waiter cancelled while queued leaves the queue when its task resumes; skip it.
+        if lane.borrowed is not None and not lane.lent:
+            return  # a holder cancelled in its loan left: the report on the loan ends first
         if not lane.held:
             for waiter in lane.queue:
                 if not waiter.granted.done():

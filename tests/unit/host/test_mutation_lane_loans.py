@@ -149,3 +149,35 @@ def test_a_waiter_cancelled_in_the_queue_is_skipped_and_only_the_holder_may_lend
         return log
 
     assert asyncio.run(scenario()) == ["holder in", "holder out", "after in", "after out"]
+
+
+@pytest.mark.spec("HOST-LANE-1")
+def test_a_holder_cancelled_during_its_loan_lets_nobody_in_before_the_report_is_done() -> None:
+    async def scenario() -> list[str]:
+        lanes, log = MutationLanes(), list[str]()
+        exclusive, report = _recorder(lanes, log)
+        report_done, stop_done, acked = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+        async def activation() -> None:
+            async with lanes.hold(*KEY), lanes.lend_to_reports(*KEY):
+                await acked.wait()
+
+        holder = asyncio.create_task(activation())
+        await _settle()
+        on_loan = asyncio.create_task(report("report", report_done))
+        stop = asyncio.create_task(exclusive("stop", stop_done))
+        await _settle()
+        acked.set()  # the holder waits for the report on its loan ...
+        await _settle()
+        holder.cancel()  # ... and is cancelled there
+        await _settle()
+        assert log == ["report in"]  # the stop still waits
+        report_done.set()
+        stop_done.set()
+        await asyncio.gather(on_loan, stop)
+        with pytest.raises(asyncio.CancelledError):
+            await holder
+        assert lanes.active() == 0
+        return log
+
+    assert asyncio.run(scenario()) == ["report in", "report out", "stop in", "stop out"]
