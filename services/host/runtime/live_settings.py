@@ -83,17 +83,15 @@ class LinkedRuntimeSettings:
                 return "deferred"
             command_id = command_outbox.enqueue(repos, ctx, session, ApplySettings(settings))
             # Registered before the commit dispatches the command, so an early ack is seen.
-            return _Sent(runtime.runtime_id, command_id, expect_ack(ctx, link, command_id))
+            ack = expect_ack(ctx, link, command_id, (workspace_id, session_id))
+            return _Sent(runtime.runtime_id, command_id, ack)
 
         sent = await ctx.transact(enqueue)
         if not isinstance(sent, _Sent):
             return RuntimeSettingsOutcome(sent)
         command_id = sent.command_id
         timeout = ctx.runtime_command_timeout_seconds
-        # Called in the Session's lane; the runtime may report on the Session before it
-        # acknowledges, so the lane is lent to reports while Host waits (HOST-LANE-1).
-        async with ctx.lanes.lend_to_reports(workspace_id, session_id):
-            waited = await sent.ack.wait(timeout)
+        waited = await sent.ack.wait(timeout)
         verdict = waited.verdict
         if waited.accepted:
             return RuntimeSettingsOutcome("applied")

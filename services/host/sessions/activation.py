@@ -111,20 +111,18 @@ async def activate_session(
         command = ResumeSession(await session_context(repos, session))
         command_id = command_outbox.enqueue(repos, ctx, session, command)
         # Registered before the commit dispatches the command, so an early ack is seen.
-        return _Sent(command_id, expect_ack(ctx, link, command_id))
+        return _Sent(command_id, expect_ack(ctx, link, command_id, (workspace_id, session_id)))
 
     async with ctx.lanes.hold(workspace_id, session_id):
         sent = await ctx.transact(enqueue)
         if sent is not None:
-            await _await_acceptance(ctx, workspace_id, session_id, sent)
+            await _await_acceptance(ctx, sent)
             await _record(ctx, workspace_id, session_id, activation_id, sent.command_id)
         detail = await get_session(ctx, workspace_id, session_id)
     return Activation(detail, replayed=sent is None)
 
 
-async def _await_acceptance(
-    ctx: HostContext, workspace_id: str, session_id: str, sent: _Sent
-) -> None:
+async def _await_acceptance(ctx: HostContext, sent: _Sent) -> None:
     """Wait for the runtime's verdict; anything but an acceptance raises.
 
     Reports of the Session may apply while Host waits (the lane is lent to them).
@@ -136,9 +134,7 @@ async def _await_acceptance(
     """
     command_id = sent.command_id
     timeout = ctx.runtime_command_timeout_seconds
-    # The runtime may report on the Session before it acknowledges: lend it the lane.
-    async with ctx.lanes.lend_to_reports(workspace_id, session_id):
-        waited = await sent.ack.wait(timeout)
+    waited = await sent.ack.wait(timeout)
     verdict = waited.verdict
     if waited.accepted:
         return
